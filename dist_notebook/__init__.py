@@ -1,0 +1,16 @@
+"""dist-notebook: interactive distributed PyTorch training from Jupyter.
+
+    %load_ext dist_notebook
+    %dist_cluster start -n 2 --cpu
+"""
+
+from .cluster import ClusterSpec, DistCluster
+from .engine import report
+
+__all__ = ["ClusterSpec", "DistCluster", "report", "load_ipython_extension"]
+
+
+def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    from .magics import register
+
+    register(ipython)

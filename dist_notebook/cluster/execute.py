@@ -1,0 +1,188 @@
+"""Run code on ranks: stream each rank's output as it arrives and map errors to ranks.
+
+Cell text travels as it is through ipyparallel's ``execute`` (never spliced into
+generated source). Output is labelled by torch rank, not by ipyparallel's engine id,
+which differs once an engine has been replaced.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ipyparallel.error import RemoteError
+
+# sink(rank, kind, payload): kind is "stdout", "stderr" (payload: text) or "display"
+# (payload: a display_data content dict with "data" and "metadata").
+OutputSink = Callable[[int, str, Any], None]
+
+_POLL = 0.02  # seconds between looks at new output while a cell runs
+
+
+@dataclass
+class RankOutput:
+    rank: int
+    stdout: str = ""
+    stderr: str = ""
+    result: dict[str, Any] | None = None
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    error: RemoteError | None = None
+    completed: float = 0.0
+    value: Any = None
+
+
+class RankError(Exception):
+    """A cell raised on one or more ranks; renders the first raising rank's traceback."""
+
+    def __init__(self, failures: list[RankOutput], ranks: list[int]) -> None:
+        self.failures = failures
+        self.ranks = ranks
+        first = failures[0]
+        assert first.error is not None
+        self.rank = first.rank
+        self.ename = first.error.ename
+        self.evalue = first.error.evalue
+        super().__init__(f"rank {first.rank} raised {self.ename}: {self.evalue}")
+
+    def _render_traceback_(self) -> list[str]:
+        first = self.failures[0]
+        assert first.error is not None
+        lines = [f"[rank {first.rank}] {line}" for line in first.error.render_traceback()]
+        others = [f.rank for f in self.failures[1:]]
+        if others:
+            names = ", ".join(str(r) for r in others)
+            lines.append(f"(also failed on rank{'s' if len(others) > 1 else ''} {names})")
+        return lines
+
+
+class _Stream:
+    """Follows one rank's accumulated stdout/stderr and forwards what is new."""
+
+    def __init__(self, rank: int, sink: OutputSink | None) -> None:
+        self.rank = rank
+        self.sink = sink
+        self.offsets = {"stdout": 0, "stderr": 0}
+        self.displays = 0
+
+    def forward(self, md: dict[str, Any]) -> None:
+        if self.sink is None:
+            return
+        for name in ("stdout", "stderr"):
+            text = md.get(name) or ""
+            start = self.offsets[name]
+            if len(text) < start:  # a carriage return rewrote the line
+                start = 0
+            if len(text) > start:
+                self.sink(self.rank, name, text[start:])
+                self.offsets[name] = len(text)
+        outputs = md.get("outputs") or []
+        for content in outputs[self.displays :]:
+            self.sink(self.rank, "display", content)
+        self.displays = len(outputs)
+
+
+def run_on_ranks(
+    cluster: Any,
+    code: str,
+    ranks: list[int] | None = None,
+    *,
+    sink: OutputSink | None = None,
+    timeout: float | None = None,
+) -> list[RankOutput]:
+    """Execute *code* on *ranks* (all by default) and return one RankOutput per rank.
+
+    *sink* receives output as it arrives (None: collect only). Ctrl-C interrupts every
+    rank. Raises RankError if any rank raised.
+    """
+    client = cluster.require_ready()
+    targets = cluster.engine_ids(ranks)
+    ar = client[targets].execute(code, silent=False, block=False)
+    return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
+
+
+def apply_on_ranks(
+    cluster: Any,
+    fn: Callable[..., Any],
+    *args: Any,
+    ranks: list[int] | None = None,
+    sink: OutputSink | None = None,
+    timeout: float | None = None,
+) -> list[RankOutput]:
+    """Call ``fn(*args)`` on *ranks*; each RankOutput's ``value`` is that rank's return."""
+    client = cluster.require_ready()
+    targets = cluster.engine_ids(ranks)
+    ar = client[targets].apply_async(fn, *args)
+    return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
+
+
+def follow(
+    cluster: Any,
+    ar: Any,
+    targets: list[int],
+    ranks: list[int] | None,
+    *,
+    sink: OutputSink | None = None,
+    timeout: float | None = None,
+) -> list[RankOutput]:
+    """Wait for *ar*, forwarding output as it comes; Ctrl-C interrupts the ranks."""
+    streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while not ar.wait(_POLL):
+            _forward(ar, streams)
+            if deadline is not None and time.monotonic() > deadline:
+                cluster.interrupt(ranks)
+                ar.wait(5)
+                _forward(ar, streams)
+                raise TimeoutError(f"the cell ran longer than {timeout} s; interrupted every rank")
+    except KeyboardInterrupt:
+        cluster.interrupt(ranks)
+        # Give the ranks a moment to raise their own KeyboardInterrupt and go idle.
+        ar.wait(5)
+        _forward(ar, streams)
+        raise
+    ar.wait_for_output(2)
+    _forward(ar, streams)
+    return _collect(ar, streams)
+
+
+def _forward(ar: Any, streams: list[_Stream]) -> None:
+    for md, stream in zip(ar._metadata, streams, strict=True):
+        stream.forward(md)
+
+
+def _collect(ar: Any, streams: list[_Stream]) -> list[RankOutput]:
+    outputs = []
+    for index, (md, stream) in enumerate(zip(ar._metadata, streams, strict=True)):
+        out = RankOutput(
+            rank=stream.rank,
+            stdout=md.get("stdout") or "",
+            stderr=md.get("stderr") or "",
+            result=md.get("execute_result"),
+            displays=list(md.get("outputs") or []),
+            error=md.get("error"),
+            completed=_timestamp(md.get("completed"), index),
+        )
+        outputs.append(out)
+    failures = sorted((o for o in outputs if o.error is not None), key=lambda o: o.completed)
+    if failures:
+        raise RankError(failures, [o.rank for o in outputs])
+    for out, value in zip(outputs, ar.get(), strict=True):
+        out.value = value
+    return outputs
+
+
+def _timestamp(completed: Any, index: int) -> float:
+    """When a rank finished (seconds), so the first rank to raise is shown first."""
+    if hasattr(completed, "timestamp"):
+        return float(completed.timestamp())
+    if isinstance(completed, str):
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(completed.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return float(index)
+    return float(index)

@@ -1,0 +1,72 @@
+"""What a cluster is asked to be: a frozen, validated specification."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+BACKENDS = ("auto", "nccl", "gloo")
+LAUNCHERS = ("local", "mpi", "ssh", "slurm")
+
+
+class ClusterConfigError(ValueError):
+    """A cluster was asked for something it cannot be; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How many ranks, on which devices, with which backend and limits.
+
+    ``gpus`` empty means CPU ranks. ``threads`` None means cores divided by the ranks
+    on this host (engines otherwise each take every core and oversubscribe).
+    """
+
+    n: int = 2
+    gpus: tuple[int, ...] = ()
+    backend: str = "auto"
+    timeout: float = 30.0
+    threads: int | None = None
+    ip: str = "127.0.0.1"
+    launcher: str = "local"
+    heartbeat_ms: int = 500
+    start_timeout: float = 120.0
+    extra_engine_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or self.n < 1:
+            raise ClusterConfigError(f"-n must be a whole number of ranks, 1 or more (got {self.n!r})")
+        if self.gpus and len(self.gpus) != self.n:
+            raise ClusterConfigError(
+                f"{self.n} ranks but {len(self.gpus)} GPUs listed ({_ids(self.gpus)}): "
+                f"give one GPU per rank, e.g. --gpus {_ids(range(self.n))}, or drop -n"
+            )
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ClusterConfigError(f"--gpus lists a GPU twice ({_ids(self.gpus)}): one GPU per rank")
+        if self.backend not in BACKENDS:
+            raise ClusterConfigError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+        if self.backend == "nccl" and not self.gpus:
+            raise ClusterConfigError("--backend nccl needs GPUs: pass --gpus, or use --backend gloo for CPU ranks")
+        if not self.timeout > 0:
+            raise ClusterConfigError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
+        if self.threads is not None and self.threads < 1:
+            raise ClusterConfigError(f"--threads must be 1 or more (got {self.threads!r})")
+        if self.launcher not in LAUNCHERS:
+            raise ClusterConfigError(f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})")
+
+    @property
+    def resolved_backend(self) -> str:
+        """nccl when every rank has a GPU, else gloo (for ``auto``)."""
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.gpus else "gloo"
+
+    @property
+    def resolved_threads(self) -> int:
+        if self.threads is not None:
+            return self.threads
+        local_ranks = self.n if self.launcher == "local" else 1
+        return max(1, (os.cpu_count() or 1) // local_ranks)
+
+
+def _ids(ids: object) -> str:
+    return ",".join(str(i) for i in ids)  # type: ignore[attr-defined]

@@ -1,0 +1,23 @@
+"""Move values between the kernel and the ranks: push names out, pull expressions back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cloudpickle
+
+from ..engine import values
+from .execute import apply_on_ranks
+
+
+def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) -> None:
+    """Bind each name of *mapping* on every rank (cloudpickle: functions and instances
+    defined in the notebook travel too; define classes with %%dist instead)."""
+    blob = cloudpickle.dumps(mapping)
+    apply_on_ranks(cluster, values.set_values, blob, ranks=ranks)
+
+
+def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
+    """Evaluate *expression* on each rank and return {rank: value}."""
+    outputs = apply_on_ranks(cluster, values.evaluate, expression, ranks=ranks)
+    return {o.rank: o.value for o in outputs}

@@ -1,0 +1,42 @@
+"""Entry point of an engine process: ``python -m dist_notebook.engine.boot [ipengine args]``.
+
+Sets the rank environment before anything imports torch, starts watching the parent,
+starts importing torch in the background (about 2 s that would otherwise fall on the
+first cell), then hands over to ipyparallel's engine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+
+def _preimport() -> None:
+    # Runs while the engine registers with the controller; the first process-group
+    # creation then finds torch already imported.
+    import torch.distributed  # noqa: F401
+
+
+def main() -> None:
+    from .parent import watch_parent
+    from .rankenv import apply_rank_environment
+
+    apply_rank_environment(os.environ)
+    watch_parent()
+    threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()
+    from ipyparallel.engine.app import main as ipengine_main
+
+    sys.argv[0] = "ipengine"
+    try:
+        ipengine_main()
+    except RuntimeError as e:
+        # ipyparallel stops its loop on SIGTERM (a normal stop) and tornado reports it
+        # as this error; that is a clean exit, anything else is not.
+        if "Event loop stopped" not in str(e):
+            raise
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The default process group of a rank: created, torn down and re-created on request.
+
+These functions run on the engines (sent with ipyparallel's ``apply``). Rendezvous is
+race-free: rank 0 binds a TCPStore on port 0 (the OS picks a free port) and the kernel
+hands that port to the other ranks, so no port is ever guessed in advance. The env
+variables are then set the way torchrun sets them (``TORCHELASTIC_USE_AGENT_STORE``),
+so a script's own ``dist.init_process_group()`` joins the store as a client.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+# The store object must outlive the group that uses it (NCCL exchanges its unique id
+# through the store at the first collective), so rank 0 keeps the latest one here.
+_master_store: Any = None
+
+
+def rank_info() -> dict[str, Any]:
+    """This engine's identity, read from the rank environment set at boot."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    wants_gpu = bool(os.environ.get("DIST_NOTEBOOK_DEVICES"))
+    return {
+        "rank": int(os.environ.get("RANK", "-1")),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "0")),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": f"cuda:{visible}" if wants_gpu and visible else "cpu",
+        "threads": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+def host_store(addr: str, timeout_s: float) -> int:
+    """On rank 0: start a fresh TCPStore server on a free port and return that port."""
+    global _master_store
+    from torch.distributed import TCPStore
+
+    store = TCPStore(
+        addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+    )
+    _master_store = store
+    return int(store.port)
+
+
+def destroy_group() -> bool:
+    """Tear the default group down if there is one; return whether there was."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        return True
+    return False
+
+
+def export_rendezvous(addr: str, port: int) -> None:
+    """Set the env a torchrun-style script reads to join the live store as a client."""
+    os.environ["MASTER_ADDR"] = addr
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+
+
+def init_group(addr: str, port: int, backend: str, timeout_s: float, generation: int) -> dict:
+    """Create the default process group on this rank and prove it with one all_reduce."""
+    import torch
+    import torch.distributed as dist
+
+    destroy_group()
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    timeout = timedelta(seconds=timeout_s)
+    if rank == 0 and _master_store is not None and _master_store.port == port:
+        store = _master_store
+    else:
+        store = dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+    device = torch.device("cpu")
+    if backend == "nccl":
+        # Each engine sees exactly one GPU (CUDA_VISIBLE_DEVICES was set at boot).
+        device = torch.device("cuda", 0)
+        torch.cuda.set_device(device)
+    # A prefix per generation keeps a re-created group from reading the old one's keys.
+    prefixed = dist.PrefixStore(f"dist-notebook/{generation}", store)
+    dist.init_process_group(
+        backend,
+        store=prefixed,
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+        device_id=device if backend == "nccl" else None,
+    )
+    export_rendezvous(addr, port)
+    probe = torch.ones(1, device=device)
+    dist.all_reduce(probe)
+    if int(probe.item()) != world:
+        raise RuntimeError(f"process group check failed: all_reduce gave {probe.item()}, not {world}")
+    _publish_names(rank, world, device)
+    return {"rank": rank, "backend": dist.get_backend(), "device": str(device)}
+
+
+def _publish_names(rank: int, world: int, device: Any) -> None:
+    """Put the names every cell expects into the engine's interactive namespace."""
+    import torch
+    import torch.distributed as dist
+
+    from .reporter import report
+
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return
+    shell.user_ns.update(
+        torch=torch,
+        dist=dist,
+        rank=rank,
+        world_size=world,
+        local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        device=device,
+        report=report,
+    )

@@ -1,0 +1,35 @@
+"""Exit when the process that started us is gone.
+
+ipyparallel's controller and engines outlive a killed kernel; each of our processes
+watches the pid in ``DIST_NOTEBOOK_PARENT_PID`` and ends itself once it has been
+re-parented, so no orphan keeps a port, a core or a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+ENV_VAR = "DIST_NOTEBOOK_PARENT_PID"
+
+
+def _watch(parent: int, period: float) -> None:
+    while True:
+        # Re-parenting (to init or a subreaper) means the parent has exited.
+        if os.getppid() != parent:
+            os._exit(3)
+        time.sleep(period)
+
+
+def watch_parent(period: float = 0.25) -> bool:
+    """Start the watcher when the environment names our parent; return whether it runs."""
+    value = os.environ.get(ENV_VAR)
+    if not value or int(value) != os.getppid():
+        # Started by another launcher (MPI, SSH, Slurm): that launcher owns our lifetime.
+        return False
+    thread = threading.Thread(
+        target=_watch, args=(int(value), period), name="dist-notebook-parent-watch", daemon=True
+    )
+    thread.start()
+    return True

@@ -1,0 +1,132 @@
+"""%dist_cluster start | status | stop | restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+
+from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster
+from ..cluster.devices import visible_gpus
+from .args import MagicParser, int_list, positive_float, positive_int
+from .output import Progress, Table
+from .session import Session
+
+ACTIONS = ("start", "status", "stop", "restart")
+
+
+def _parser() -> MagicParser:
+    p = MagicParser("%dist_cluster", description="Start, inspect, stop or restart the ranks.")
+    p.add_argument("action", nargs="?", default="status", choices=ACTIONS, help="what to do")
+    p.add_argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpus", type=int_list, help="GPU ids, one per rank, e.g. 0,1")
+    where.add_argument("--cpu", action="store_true", help="CPU ranks (gloo) even if GPUs exist")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend")
+    p.add_argument("--timeout", type=positive_float, default=30.0, help="collective timeout, seconds")
+    p.add_argument("--threads", type=positive_int, help="threads per rank (default: cores / ranks)")
+    p.add_argument("--ip", default="127.0.0.1", help="interface to listen on (default loopback)")
+    p.add_argument(
+        "--launcher", default="local", choices=("local", "mpi", "ssh", "slurm"), help="ipyparallel launcher"
+    )
+    return p
+
+
+def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
+    """Turn parsed flags into a ClusterSpec, checking GPUs against what the host has."""
+    gpus: tuple[int, ...] = ()
+    if args.gpus is not None:
+        if not gpus_here:
+            raise UsageError("--gpus was given but no GPU is visible here: use --cpu (gloo) instead")
+        unknown = [g for g in args.gpus if g not in gpus_here]
+        if unknown:
+            raise UsageError(
+                f"unknown GPU id {unknown[0]}: visible GPUs are {','.join(map(str, gpus_here))}"
+            )
+        gpus = tuple(args.gpus)
+    elif not args.cpu and gpus_here and args.backend != "gloo":
+        count = args.n or len(gpus_here)
+        if count > len(gpus_here):
+            raise UsageError(
+                f"-n {count} asks for more ranks than the {len(gpus_here)} GPUs here: "
+                f"use -n {len(gpus_here)}, or --cpu for CPU ranks"
+            )
+        gpus = tuple(gpus_here[:count])
+    if args.backend == "nccl" and not gpus:
+        raise UsageError("--backend nccl needs GPUs: none is in use here; use --backend gloo or --cpu")
+    n = args.n or (len(gpus) if gpus else 2)
+    try:
+        return ClusterSpec(
+            n=n,
+            gpus=gpus,
+            backend=args.backend,
+            timeout=args.timeout,
+            threads=args.threads,
+            ip=args.ip,
+            launcher=args.launcher,
+        )
+    except ClusterConfigError as e:
+        raise UsageError(str(e)) from None
+
+
+def ranks_table(cluster: DistCluster) -> Table:
+    rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in cluster.ranks]
+    title = f"cluster {cluster.id}: {cluster.state.value}"
+    if cluster.start_seconds is not None and cluster.state == ClusterState.READY:
+        title += f" in {cluster.start_seconds:.1f} s"
+    return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
+
+
+@magics_class
+class ClusterMagics(Magics):
+    def __init__(self, shell: Any, session: Session) -> None:
+        super().__init__(shell)
+        self.session = session
+        self.parser = _parser()
+
+    @line_magic
+    def dist_cluster(self, line: str) -> None:
+        """Start, inspect, stop or restart the ranks. See ``%dist_cluster --help``."""
+        args = self.parser.parse_line(line)
+        try:
+            getattr(self, f"_{args.action}")(args)
+        except (ClusterError, ClusterConfigError) as e:
+            raise UsageError(str(e)) from None
+
+    def _start(self, args: Any) -> None:
+        current = self.session.cluster
+        if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
+            raise UsageError(
+                f"a cluster is already {current.state.value}: use %dist_cluster restart, "
+                "or %dist_cluster stop first"
+            )
+        spec = build_spec(args, visible_gpus() if not args.cpu else [])
+        cluster = DistCluster(spec, progress=Progress())
+        self.session.cluster = cluster
+        cluster.start_sync()
+        display(ranks_table(cluster))
+
+    def _status(self, args: Any) -> None:
+        cluster = self.session.cluster
+        if cluster is None:
+            print("no cluster: start one with %dist_cluster start")
+            return
+        display(ranks_table(cluster))
+
+    def _stop(self, args: Any) -> None:
+        cluster = self.session.cluster
+        if cluster is None or cluster.state == ClusterState.STOPPED:
+            print("no cluster is running")
+            return
+        cluster.stop_sync()
+        print(f"cluster {cluster.id} stopped")
+
+    def _restart(self, args: Any) -> None:
+        cluster = self.session.cluster
+        if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
+            raise UsageError("no cluster to restart: start one with %dist_cluster start")
+        cluster.progress = Progress()
+        cluster.restart_sync()
+        display(ranks_table(cluster))

@@ -1,0 +1,109 @@
+"""%%dist, %dist_push, %dist_pull and %dist_run: code and values on every rank."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from ..cluster import ClusterError
+from ..cluster.execute import RankError, run_on_ranks
+from ..cluster.scripts import run_script
+from ..cluster.transfer import pull, push
+from .args import MagicParser, check_ranks, int_list, positive_float
+from .output import LabelledPrinter, Table, show_folded_streams, show_results
+from .session import Session
+
+
+def _dist_parser() -> MagicParser:
+    p = MagicParser("%%dist", description="Run the cell on every rank (or the listed ones).")
+    p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,2")
+    p.add_argument("--no-stream", action="store_true", help="show output at the end, folded")
+    p.add_argument("--timeout", type=positive_float, help="interrupt the ranks after this many seconds")
+    return p
+
+
+def _pull_parser() -> MagicParser:
+    p = MagicParser("%dist_pull", description="Bring a value back from one rank or all ranks.")
+    p.add_argument("expression", nargs="+", help="an expression evaluated on the rank(s)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--rank", type=int, default=0, help="the rank to pull from (default 0)")
+    which.add_argument("--all", action="store_true", help="pull from every rank: {rank: value}")
+    return p
+
+
+@magics_class
+class ExecMagics(Magics):
+    def __init__(self, shell: Any, session: Session) -> None:
+        super().__init__(shell)
+        self.session = session
+        self.dist_parser = _dist_parser()
+        self.pull_parser = _pull_parser()
+
+    @cell_magic
+    def dist(self, line: str, cell: str) -> None:
+        """Run the cell on every rank, in each rank's persistent namespace."""
+        args = self.dist_parser.parse_line(line)
+        cluster = self.session.ready_cluster()
+        ranks = check_ranks(args.ranks, cluster.n)
+        sink = None if args.no_stream else LabelledPrinter()
+        try:
+            outputs = run_on_ranks(cluster, cell, ranks, sink=sink, timeout=args.timeout)
+        except RankError:
+            raise
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
+        if args.no_stream:
+            show_folded_streams(outputs)
+        show_results(outputs)
+
+    @line_magic
+    def dist_push(self, line: str) -> None:
+        """Send kernel variables to every rank: %dist_push model_config lr"""
+        names = line.split()
+        if not names:
+            raise UsageError("%dist_push: name the variables to send, e.g. %dist_push lr config")
+        ns = self.shell.user_ns
+        missing = [n for n in names if n not in ns]
+        if missing:
+            raise UsageError(f"%dist_push: no variable named {missing[0]!r} in the notebook; define it first")
+        cluster = self.session.ready_cluster()
+        push(cluster, {n: ns[n] for n in names})
+
+    @line_magic
+    def dist_pull(self, line: str) -> Any:
+        """Evaluate an expression on rank 0 (or --rank R, or --all) and return its value."""
+        args = self.pull_parser.parse_line(line)
+        cluster = self.session.ready_cluster()
+        expression = " ".join(args.expression)
+        ranks = list(range(cluster.n)) if args.all else check_ranks([args.rank], cluster.n)
+        assert ranks is not None
+        values = pull(cluster, expression, ranks)
+        return values if args.all else values[ranks[0]]
+
+    @line_magic
+    def dist_run(self, line: str) -> None:
+        """Run a torchrun-style script on every rank: %dist_run train.py --epochs 2"""
+        import shlex
+
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            raise UsageError(f"%dist_run: cannot read the arguments ({e}); check the quotes") from None
+        if not words:
+            raise UsageError("%dist_run: name a script, e.g. %dist_run train.py --epochs 2")
+        path = os.path.abspath(os.path.expanduser(words[0]))
+        if not os.path.isfile(path):
+            raise UsageError(f"%dist_run: script not found: {words[0]} (looked in {os.getcwd()})")
+        cluster = self.session.ready_cluster()
+        statuses = run_script(cluster, path, words[1:], sink=LabelledPrinter())
+        rows = [(rank, code, "ok" if code == 0 else "failed") for rank, code in sorted(statuses.items())]
+        print(repr(Table(("rank", "exit", "status"), rows, f"{os.path.basename(path)}")))
+        failed = [r for r, c in statuses.items() if c != 0]
+        if failed:
+            raise UsageError(
+                f"{os.path.basename(path)} failed on rank {failed[0]} (exit {statuses[failed[0]]}); "
+                "see its output above"
+            )

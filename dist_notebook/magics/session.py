@@ -1,0 +1,36 @@
+"""The kernel's current cluster, shared by the magic classes of one shell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from ..cluster import ClusterState, DistCluster
+
+
+class Session:
+    """Holds the cluster the magics act on (one per IPython shell)."""
+
+    _by_shell: dict[int, Session] = {}
+
+    def __init__(self) -> None:
+        self.cluster: DistCluster | None = None
+
+    @classmethod
+    def for_shell(cls, shell: Any) -> Session:
+        key = id(shell)
+        if key not in cls._by_shell:
+            cls._by_shell[key] = cls()
+        return cls._by_shell[key]
+
+    def ready_cluster(self) -> DistCluster:
+        cluster = self.cluster
+        if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
+            raise UsageError("no cluster is running: start one with %dist_cluster start")
+        if cluster.state != ClusterState.READY:
+            raise UsageError(
+                f"the cluster is {cluster.state.value}: run %dist_cluster restart, "
+                "or %dist_cluster stop then start"
+            )
+        return cluster

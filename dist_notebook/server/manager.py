@@ -1,0 +1,252 @@
+"""What the panel's REST API does, without HTTP: queries over the run store, cluster actions.
+
+The Jupyter server is not the process that owns the clusters (the kernel is), so every
+answer comes from the run store on disk, and an action reaches a cluster through the
+ipyparallel cluster file recorded with it in the store, never through the process list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..store import StoreError, StoreReader, StoreWriter, store_path
+
+RUN_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+# A cluster in one of these states has no processes left to signal.
+ENDED_CLUSTER_STATES = ("stopped", "failed")
+# Metrics records per answer: large enough for a whole short run in one poll, small enough
+# to keep an answer under a few MB; the client asks again at once while `more` is true.
+METRICS_LIMIT_DEFAULT = 5000
+METRICS_LIMIT_MAX = 50000
+
+# Fields of the clusters table the API shows; profile_dir and ipp_cluster_id stay inside.
+_CLUSTER_FIELDS = ("id", "state", "backend", "n", "started", "stopped", "kernel_pid")
+
+
+class UnknownIdError(LookupError):
+    """No cluster or run with this id in the run store."""
+
+
+class InvalidParameterError(ValueError):
+    """A query parameter is out of range or not one of the allowed values."""
+
+
+class ClusterUnreachableError(RuntimeError):
+    """The cluster's ipyparallel processes cannot be reached to act on them."""
+
+
+class RunStoreManager:
+    """Answers the panel's questions from the run store and acts on clusters.
+
+    *path* fixes the store file; without it the location is looked up on each call
+    (``DIST_NOTEBOOK_STORE`` or the per-user default), so a store created after the
+    server started is found. A store that does not exist yet holds no clusters and no
+    runs: lists are empty and ids are unknown.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        return self._path or store_path()
+
+    @contextlib.contextmanager
+    def _reader(self) -> Iterator[StoreReader | None]:
+        path = self.path
+        if not path.exists():
+            yield None
+            return
+        # One connection per call: opening SQLite costs microseconds, and a store that
+        # was moved away or replaced is never read through a stale handle.
+        reader = StoreReader(path)
+        try:
+            yield reader
+        finally:
+            reader.close()
+
+    # queries ----------------------------------------------------------------
+    def clusters(self) -> list[dict[str, Any]]:
+        with self._reader() as reader:
+            if reader is None:
+                return []
+            return [_public_cluster(c) for c in reader.clusters()]
+
+    def cluster(self, cluster_id: str) -> dict[str, Any]:
+        return _public_cluster(self._cluster_row(cluster_id))
+
+    def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        if state is not None and state not in RUN_STATES:
+            raise InvalidParameterError(f"state must be one of {', '.join(RUN_STATES)}, not {state!r}")
+        with self._reader() as reader:
+            if reader is None:
+                return []
+            return reader.runs(cluster_id=cluster_id, state=state)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        with self._reader() as reader:
+            found = reader.run(run_id) if reader is not None else None
+        if found is None:
+            raise UnknownIdError(f"no run with id {run_id!r}")
+        return found
+
+    def metrics(
+        self, run_id: str, since: int = 0, limit: int = METRICS_LIMIT_DEFAULT
+    ) -> dict[str, Any]:
+        """Records of *run_id* with a sequence number above *since*, oldest first.
+
+        ``last_seq`` is the number to pass as *since* next time (it equals *since* when
+        nothing is new); ``more`` is true when *limit* cut the answer short.
+        """
+        if since < 0:
+            raise InvalidParameterError(f"since must be 0 or more, not {since}")
+        if not 1 <= limit <= METRICS_LIMIT_MAX:
+            raise InvalidParameterError(f"limit must be between 1 and {METRICS_LIMIT_MAX}, not {limit}")
+        with self._reader() as reader:
+            if reader is None or reader.run(run_id) is None:
+                raise UnknownIdError(f"no run with id {run_id!r}")
+            records = reader.metrics(run_id, since=since, limit=limit)
+        last_seq = records[-1]["seq"] if records else since
+        return {
+            "run": run_id,
+            "since": since,
+            "last_seq": last_seq,
+            "more": len(records) == limit,
+            "records": records,
+        }
+
+    def _cluster_row(self, cluster_id: str) -> dict[str, Any]:
+        with self._reader() as reader:
+            found = reader.cluster(cluster_id) if reader is not None else None
+        if found is None:
+            raise UnknownIdError(f"no cluster with id {cluster_id!r}")
+        return found
+
+    # actions ----------------------------------------------------------------
+    async def interrupt(self, cluster_id: str) -> dict[str, Any]:
+        """Send SIGINT to every engine: the running cell raises KeyboardInterrupt."""
+        row = self._cluster_row(cluster_id)
+        if row["state"] in ENDED_CLUSTER_STATES:
+            raise ClusterUnreachableError(
+                f"cluster {cluster_id!r} is {row['state']}: there is nothing to interrupt"
+            )
+        await asyncio.to_thread(_act_in_thread, row, "interrupt")
+        self._record(cluster_id, "interrupt", "interrupt sent from the JupyterLab panel")
+        return {"id": cluster_id, "action": "interrupt", "state": row["state"]}
+
+    async def stop(self, cluster_id: str) -> dict[str, Any]:
+        """Stop the engines and the controller; stopping a stopped cluster does nothing."""
+        row = self._cluster_row(cluster_id)
+        if row["state"] in ENDED_CLUSTER_STATES and not _cluster_file(row).exists():
+            return {"id": cluster_id, "action": "stop", "state": row["state"]}
+        await asyncio.to_thread(_act_in_thread, row, "stop")
+        self._record(cluster_id, "stop", "stopped from the JupyterLab panel", ranks=row["ranks"])
+        return {"id": cluster_id, "action": "stop", "state": "stopped"}
+
+    def _record(
+        self, cluster_id: str, kind: str, message: str, ranks: list[dict[str, Any]] | None = None
+    ) -> None:
+        # The kernel is the store's main writer; the server writes only the facts it caused,
+        # so that the panel shows a stopped cluster even when its kernel is gone.
+        writer = StoreWriter(self.path)
+        try:
+            if ranks is not None:
+                writer.set_cluster_state(cluster_id, "stopped")
+                for r in ranks:
+                    if r["state"] not in ("done", "failed"):
+                        writer.set_rank_state(cluster_id, r["rank"], "dead")
+            writer.add_event(kind, message, cluster_id=cluster_id)
+        finally:
+            writer.close()
+
+
+def _launcher_config() -> Any:
+    from traitlets.config import Config
+
+    return Config({"LocalProcessLauncher": {"poll_seconds": 1}})
+
+
+def _public_cluster(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row.get(k) for k in _CLUSTER_FIELDS}
+    out["ranks"] = row.get("ranks", [])
+    return out
+
+
+def _cluster_file(row: dict[str, Any]) -> Path:
+    from ipyparallel import Cluster
+
+    if not row.get("profile_dir"):
+        return Path("")
+    probe = Cluster(
+        profile_dir=row["profile_dir"],
+        cluster_id=row["ipp_cluster_id"] or "",
+        shutdown_atexit=False,
+    )
+    return Path(probe.cluster_file)
+
+
+def _act_in_thread(row: dict[str, Any], action: str) -> None:
+    """Load the cluster from its file and act on it, in a worker thread with its own loop.
+
+    ipyparallel's stop waits for processes with a blocking thread join, which must not
+    stall the server's event loop.
+    """
+    asyncio.run(_act(row, action))
+
+
+async def _act(row: dict[str, Any], action: str) -> None:
+    from ipyparallel import Cluster
+
+    cluster_file = _cluster_file(row)
+    if not row.get("profile_dir") or not cluster_file.is_file():
+        raise ClusterUnreachableError(
+            f"cluster {row['id']!r} cannot be reached: no ipyparallel cluster file"
+            f" {str(cluster_file)!r} (its kernel stopped it or exited)"
+        )
+    try:
+        cluster = Cluster.from_file(
+            str(cluster_file), shutdown_atexit=False, config=_launcher_config()
+        )
+    except (OSError, ValueError, KeyError) as e:
+        raise ClusterUnreachableError(
+            f"cluster {row['id']!r} cannot be reached: its cluster file {str(cluster_file)!r}"
+            f" cannot be read ({e})"
+        ) from e
+    try:
+        if action == "interrupt":
+            if not cluster.engines:
+                raise ClusterUnreachableError(f"cluster {row['id']!r} has no running engines")
+            await cluster.signal_engines(signal.SIGINT)
+        else:
+            await cluster.stop_cluster()
+    finally:
+        _release_waiters(cluster)
+
+
+def _release_waiters(cluster: Any) -> None:
+    # Loading a cluster starts one thread per process that waits for its exit; after an
+    # interrupt the processes live on, and those threads would outlive the request. They
+    # check this event every poll_seconds (_launcher_config).
+    pending = list(cluster.engines.values())
+    if cluster.controller is not None:
+        pending.append(cluster.controller)
+    while pending:
+        launcher = pending.pop()
+        pending.extend(getattr(launcher, "launchers", {}).values())
+        stop_waiting = getattr(launcher, "_stop_waiting", None)
+        if stop_waiting is not None:
+            stop_waiting.set()
+
+
+__all__ = [
+    "ClusterUnreachableError",
+    "InvalidParameterError",
+    "RunStoreManager",
+    "StoreError",
+    "UnknownIdError",
+]

@@ -1,0 +1,55 @@
+"""The URL table of the REST API, under ``{base_url}/dist-notebook/api/``.
+
+GET  clusters                      clusters, newest first, each with its ranks
+GET  clusters/<id>                 one cluster
+POST clusters/<id>/interrupt       SIGINT to every engine of the cluster
+POST clusters/<id>/stop            stop engines and controller (idempotent)
+GET  runs?cluster=<id>&state=<s>   runs, newest first, without their code
+GET  runs/<id>                     one run, with its code and per-rank states
+GET  runs/<id>/metrics?since=<seq>&limit=<n>
+                                   {"run", "since", "last_seq", "more", "records"}: the
+                                   records with seq > since, oldest first, each
+                                   {seq, rank, step, time, <metric>: value, ...}; pass
+                                   last_seq as since next time, ask again at once while
+                                   more is true.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.utils import url_path_join
+
+from .handlers import (
+    MANAGER_SETTING,
+    ClusterActionHandler,
+    ClusterHandler,
+    ClustersHandler,
+    MetricsHandler,
+    RunHandler,
+    RunsHandler,
+)
+from .manager import RunStoreManager
+
+_ID = r"([^/]+)"
+
+
+def setup_routes(web_app: Any, manager: RunStoreManager) -> None:
+    """Add the API's handlers to the server's tornado application."""
+    base_url = web_app.settings["base_url"]
+
+    def api(*parts: str) -> str:
+        return url_path_join(base_url, "dist-notebook", "api", *parts)
+
+    web_app.settings[MANAGER_SETTING] = manager
+    web_app.add_handlers(
+        ".*$",
+        [
+            (api("clusters"), ClustersHandler),
+            (api("clusters", _ID), ClusterHandler),
+            (api("clusters", _ID, "(interrupt|stop)"), ClusterActionHandler),
+            (api("runs"), RunsHandler),
+            (api("runs", _ID), RunHandler),
+            (api("runs", _ID, "metrics"), MetricsHandler),
+        ],
+    )

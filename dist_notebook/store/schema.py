@@ -1,0 +1,109 @@
+"""Tables of the run store and how a connection to it is opened.
+
+The kernel writes, other processes (the Jupyter server) read while a run goes on:
+WAL mode lets readers proceed during writes. The file is created readable by its
+owner only (it holds code and metrics of the user's runs).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS clusters (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    backend TEXT,
+    n INTEGER NOT NULL,
+    started REAL NOT NULL,
+    stopped REAL,
+    kernel_pid INTEGER,
+    profile_dir TEXT,
+    ipp_cluster_id TEXT
+);
+CREATE TABLE IF NOT EXISTS ranks (
+    cluster_id TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    host TEXT,
+    pid INTEGER,
+    device TEXT,
+    state TEXT NOT NULL,
+    engine_id INTEGER,
+    PRIMARY KEY (cluster_id, rank)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    cluster_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    steps INTEGER,
+    code TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_name ON runs (name);
+CREATE TABLE IF NOT EXISTS run_ranks (
+    run_id TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    error TEXT,
+    PRIMARY KEY (run_id, rank)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    step INTEGER,
+    time REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics (run_id, seq);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    cluster_id TEXT,
+    run_id TEXT,
+    rank INTEGER,
+    kind TEXT NOT NULL,
+    message TEXT
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The run store cannot be opened or used; the message names the fix."""
+
+
+def connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    """Open the store at *path*; create it (owner-only) when *create* is true."""
+    if not create and not path.exists():
+        raise StoreError(f"no run store at {path}: start a cluster first, or set DIST_NOTEBOOK_STORE")
+    try:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.exists():
+                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+        conn = sqlite3.connect(path, timeout=5.0, check_same_thread=False, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 5000")
+        if create:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.executescript(SCHEMA)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        return conn
+    except sqlite3.DatabaseError as e:
+        raise StoreError(
+            f"the run store at {path} cannot be used ({e}); move it away or set "
+            "DIST_NOTEBOOK_STORE to another file"
+        ) from e

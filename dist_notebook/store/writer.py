@@ -1,0 +1,171 @@
+"""Writes to the run store; used by the kernel only."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .location import store_path
+from .schema import StoreError, connect
+
+
+class StoreWriter:
+    """A thread-safe writer: the collector thread and the kernel's thread share it."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or store_path()
+        self._conn = connect(self.path, create=True)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._many([(sql, params)])
+
+    def _many(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, params in statements:
+                        self._conn.execute(sql, params)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StoreError(
+                f"cannot write the run store at {self.path} ({e}); another program may "
+                "hold it locked, or the disk is full"
+            ) from e
+
+    # clusters ---------------------------------------------------------------
+    def add_cluster(
+        self,
+        cluster_id: str,
+        *,
+        n: int,
+        backend: str | None,
+        kernel_pid: int,
+        profile_dir: str,
+        ipp_cluster_id: str,
+    ) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO clusters (id, state, backend, n, started, kernel_pid,"
+            " profile_dir, ipp_cluster_id) VALUES (?, 'starting', ?, ?, ?, ?, ?, ?)",
+            (cluster_id, backend, n, time.time(), kernel_pid, profile_dir, ipp_cluster_id),
+        )
+
+    def set_cluster_state(self, cluster_id: str, state: str, backend: str | None = None) -> None:
+        stopped = time.time() if state in ("stopped", "failed") else None
+        self._write(
+            "UPDATE clusters SET state = ?, backend = COALESCE(?, backend), stopped = ?"
+            " WHERE id = ?",
+            (state, backend, stopped, cluster_id),
+        )
+
+    def set_ranks(self, cluster_id: str, ranks: Iterable[Mapping[str, Any]]) -> None:
+        stmts: list[tuple[str, Sequence[Any]]] = [
+            ("DELETE FROM ranks WHERE cluster_id = ?", (cluster_id,))
+        ]
+        for r in ranks:
+            stmts.append(
+                (
+                    "INSERT INTO ranks (cluster_id, rank, host, pid, device, state, engine_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        cluster_id,
+                        r["rank"],
+                        r.get("host"),
+                        r.get("pid"),
+                        r.get("device"),
+                        r.get("state", "idle"),
+                        r.get("engine_id"),
+                    ),
+                )
+            )
+        self._many(stmts)
+
+    def set_rank_state(self, cluster_id: str, rank: int, state: str) -> None:
+        self._write(
+            "UPDATE ranks SET state = ? WHERE cluster_id = ? AND rank = ?",
+            (state, cluster_id, rank),
+        )
+
+    # runs -------------------------------------------------------------------
+    def add_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        cluster_id: str,
+        ranks: Iterable[int],
+        steps: int | None,
+        code: str,
+    ) -> None:
+        stmts: list[tuple[str, Sequence[Any]]] = [
+            (
+                "INSERT INTO runs (id, name, cluster_id, state, started, steps, code)"
+                " VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                (run_id, name, cluster_id, time.time(), steps, code),
+            )
+        ]
+        for rank in ranks:
+            stmts.append(
+                (
+                    "INSERT INTO run_ranks (run_id, rank, state) VALUES (?, ?, 'pending')",
+                    (run_id, rank),
+                )
+            )
+        self._many(stmts)
+
+    def set_run_state(self, run_id: str, state: str, error: str | None = None) -> None:
+        ended = time.time() if state in ("succeeded", "failed", "cancelled") else None
+        self._write(
+            "UPDATE runs SET state = ?, ended = COALESCE(?, ended), error = COALESCE(?, error)"
+            " WHERE id = ?",
+            (state, ended, error, run_id),
+        )
+
+    def set_run_rank(self, run_id: str, rank: int, state: str, error: str | None = None) -> None:
+        self._write(
+            "UPDATE run_ranks SET state = ?, error = COALESCE(?, error)"
+            " WHERE run_id = ? AND rank = ?",
+            (state, error, run_id, rank),
+        )
+
+    def append_metrics(self, run_id: str, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append records (each with rank, step, time and metric values) in one transaction."""
+        stmts: list[tuple[str, Sequence[Any]]] = []
+        for rec in records:
+            values = {k: v for k, v in rec.items() if k not in ("rank", "step", "time")}
+            stmts.append(
+                (
+                    "INSERT INTO metrics (run_id, rank, step, time, data) VALUES (?, ?, ?, ?, ?)",
+                    (run_id, rec["rank"], rec.get("step"), rec["time"], json.dumps(values)),
+                )
+            )
+        if stmts:
+            self._many(stmts)
+
+    def add_event(
+        self,
+        kind: str,
+        message: str = "",
+        *,
+        cluster_id: str | None = None,
+        run_id: str | None = None,
+        rank: int | None = None,
+    ) -> None:
+        self._write(
+            "INSERT INTO events (time, cluster_id, run_id, rank, kind, message)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (time.time(), cluster_id, run_id, rank, kind, message),
+        )

@@ -1,0 +1,55 @@
+"""Interrupt and stop act on a real ipyparallel cluster recorded in the run store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.slow
+
+API = ("dist-notebook", "api")
+
+
+async def post(jp_fetch, cluster_id, action):
+    response = await jp_fetch(*API, "clusters", cluster_id, action, method="POST", body=b"")
+    return json.loads(response.body)
+
+
+async def test_stop_ends_the_engines(jp_fetch, live_cluster):
+    assert all(psutil.pid_exists(pid) for pid in live_cluster.pids)
+    reply = await post(jp_fetch, live_cluster.id, "stop")
+    assert reply == {"id": live_cluster.id, "action": "stop", "state": "stopped"}
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(p) for p in live_cluster.pids) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert not any(psutil.pid_exists(p) for p in live_cluster.pids)
+
+    response = await jp_fetch(*API, "clusters", live_cluster.id)
+    cluster = json.loads(response.body)
+    assert cluster["state"] == "stopped"
+    assert {r["state"] for r in cluster["ranks"]} == {"dead"}
+    # a second stop is a no-op, not an error
+    assert (await post(jp_fetch, live_cluster.id, "stop"))["state"] == "stopped"
+
+
+async def test_interrupt_raises_keyboardinterrupt_in_the_running_cell(jp_fetch, live_cluster):
+    sleeping = live_cluster.client[:].apply_async(time.sleep, 60)
+    await asyncio.sleep(1.0)  # let the engines enter the sleep
+    assert not sleeping.ready()
+    started = time.monotonic()
+    reply = await post(jp_fetch, live_cluster.id, "interrupt")
+    assert reply["action"] == "interrupt"
+    while not sleeping.ready() and time.monotonic() - started < 10:
+        await asyncio.sleep(0.05)
+    assert sleeping.ready(), "the engines were not interrupted"
+    assert time.monotonic() - started < 10
+    with pytest.raises(Exception) as info:
+        sleeping.get(0)
+    assert "KeyboardInterrupt" in str(info.value)
+    # the engines survive an interrupt and take new work
+    assert all(psutil.pid_exists(p) for p in live_cluster.pids)
+    assert live_cluster.client[:].apply_sync(lambda: 41 + 1) == [42, 42]

@@ -1,0 +1,154 @@
+"""The REST API's read routes over a run store filled by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from .conftest import CLUSTER, DONE, RUNNING, STEPS, add_steps
+
+API = ("dist-notebook", "api")
+
+
+async def get_json(jp_fetch, *parts, **params):
+    response = await jp_fetch(*API, *parts, params=params or None)
+    assert response.code == 200
+    assert response.headers["Content-Type"].startswith("application/json")
+    return json.loads(response.body)
+
+
+async def error_of(jp_fetch, *parts, method="GET", **params):
+    kwargs = {"body": b""} if method == "POST" else {}
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch(*API, *parts, method=method, params=params or None, **kwargs)
+    return info.value.code, json.loads(info.value.response.body)["message"]
+
+
+async def test_no_store_means_empty_lists(jp_fetch, store_file):
+    assert not store_file.exists()
+    assert await get_json(jp_fetch, "clusters") == []
+    assert await get_json(jp_fetch, "runs") == []
+    assert (await error_of(jp_fetch, "runs", "nope"))[0] == 404
+    assert (await error_of(jp_fetch, "runs", "nope", "metrics"))[0] == 404
+    assert (await error_of(jp_fetch, "clusters", "nope", "stop", method="POST"))[0] == 404
+    assert not store_file.exists(), "reading must not create the store"
+
+
+async def test_clusters_with_ranks(jp_fetch, filled_store):
+    clusters = await get_json(jp_fetch, "clusters")
+    assert [c["id"] for c in clusters] == [CLUSTER]
+    c = clusters[0]
+    assert c["state"] == "running"
+    assert c["backend"] == "gloo"
+    assert c["n"] == 2
+    assert isinstance(c["started"], float)
+    assert "profile_dir" not in c and "ipp_cluster_id" not in c
+    assert [(r["rank"], r["host"], r["pid"], r["device"], r["state"]) for r in c["ranks"]] == [
+        (0, "localhost", 101, "cpu", "running"),
+        (1, "localhost", 102, "cpu", "running"),
+    ]
+    assert await get_json(jp_fetch, "clusters", CLUSTER) == c
+
+
+async def test_runs_newest_first_and_filtered(jp_fetch, filled_store):
+    runs = await get_json(jp_fetch, "runs")
+    assert [r["id"] for r in runs] == [RUNNING, DONE]
+    assert "code" not in runs[0]
+    assert [r["id"] for r in await get_json(jp_fetch, "runs", state="succeeded")] == [DONE]
+    assert [r["id"] for r in await get_json(jp_fetch, "runs", cluster=CLUSTER)] == [RUNNING, DONE]
+    assert await get_json(jp_fetch, "runs", cluster="other") == []
+
+
+async def test_one_run(jp_fetch, filled_store):
+    run = await get_json(jp_fetch, "runs", RUNNING)
+    assert run["name"] == "train"
+    assert run["state"] == "running"
+    assert run["steps"] == STEPS
+    assert run["code"] == "x"
+    assert [(r["rank"], r["state"]) for r in run["ranks"]] == [(0, "pending"), (1, "pending")]
+
+
+async def test_metrics_are_incremental(jp_fetch, filled_store):
+    first = await get_json(jp_fetch, "runs", RUNNING, "metrics")
+    records = first["records"]
+    assert first["since"] == 0
+    assert first["more"] is False
+    assert len(records) == STEPS  # half the steps, two ranks
+    assert first["last_seq"] == records[-1]["seq"]
+    assert {r["rank"] for r in records} == {0, 1}
+    assert set(records[0]) >= {"seq", "rank", "step", "time", "loss", "samples_per_s"}
+
+    same = await get_json(jp_fetch, "runs", RUNNING, "metrics", since=first["last_seq"])
+    assert same["records"] == [] and same["last_seq"] == first["last_seq"]
+
+    add_steps(filled_store, RUNNING, range(STEPS // 2, STEPS))
+    new = await get_json(jp_fetch, "runs", RUNNING, "metrics", since=first["last_seq"])
+    assert len(new["records"]) == STEPS
+    assert min(r["seq"] for r in new["records"]) > first["last_seq"]
+    assert sorted({r["step"] for r in new["records"]}) == list(range(STEPS // 2, STEPS))
+
+
+async def test_metrics_limit_pages(jp_fetch, filled_store):
+    page = await get_json(jp_fetch, "runs", RUNNING, "metrics", limit=3)
+    assert len(page["records"]) == 3 and page["more"] is True
+    rest = await get_json(jp_fetch, "runs", RUNNING, "metrics", since=page["last_seq"])
+    assert len(rest["records"]) == STEPS - 3 and rest["more"] is False
+
+
+async def test_metrics_of_a_run_without_records(jp_fetch, filled_store):
+    empty = await get_json(jp_fetch, "runs", DONE, "metrics", since=7)
+    assert empty == {"run": DONE, "since": 7, "last_seq": 7, "more": False, "records": []}
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        (("clusters", "nope"), "no cluster with id 'nope'"),
+        (("runs", "nope"), "no run with id 'nope'"),
+        (("runs", "nope", "metrics"), "no run with id 'nope'"),
+    ],
+)
+async def test_unknown_ids_are_404(jp_fetch, filled_store, parts, message):
+    assert await error_of(jp_fetch, *parts) == (404, message)
+
+
+@pytest.mark.parametrize(
+    ("parts", "params", "message"),
+    [
+        (("runs", RUNNING, "metrics"), {"since": "abc"}, "since must be an integer, not 'abc'"),
+        (("runs", RUNNING, "metrics"), {"since": "-1"}, "since must be 0 or more, not -1"),
+        (("runs", RUNNING, "metrics"), {"limit": "0"}, "limit must be between 1 and 50000, not 0"),
+        (("runs",), {"state": "bogus"}, "state must be one of pending, running, succeeded,"),
+    ],
+)
+async def test_bad_parameters_are_400(jp_fetch, filled_store, parts, params, message):
+    code, text = await error_of(jp_fetch, *parts, **params)
+    assert code == 400
+    assert text.startswith(message)
+
+
+async def test_unreadable_store_is_503(jp_fetch, store_file):
+    store_file.parent.mkdir(parents=True)
+    store_file.write_bytes(b"this is not a database" * 100)
+    code, text = await error_of(jp_fetch, "clusters")
+    assert code == 503
+    assert "DIST_NOTEBOOK_STORE" in text or "cannot" in text
+
+
+async def test_actions_on_a_cluster_without_processes_are_409(jp_fetch, filled_store):
+    for action in ("interrupt", "stop"):
+        code, text = await error_of(jp_fetch, "clusters", CLUSTER, action, method="POST")
+        assert code == 409
+        assert "cannot be reached" in text
+    # nothing was changed in the store
+    assert (await get_json(jp_fetch, "clusters", CLUSTER))["state"] == "running"
+
+
+async def test_stopping_a_stopped_cluster_does_nothing(jp_fetch, filled_store):
+    filled_store.set_cluster_state(CLUSTER, "stopped")
+    response = await jp_fetch(*API, "clusters", CLUSTER, "stop", method="POST", body=b"")
+    assert json.loads(response.body) == {"id": CLUSTER, "action": "stop", "state": "stopped"}
+    code, text = await error_of(jp_fetch, "clusters", CLUSTER, "interrupt", method="POST")
+    assert (code, text) == (409, f"cluster '{CLUSTER}' is stopped: there is nothing to interrupt")
