@@ -6,8 +6,9 @@
 
 from .cluster import ClusterSpec, DistCluster
 from .engine import report
+from .training import load_run
 
-__all__ = ["ClusterSpec", "DistCluster", "report", "load_ipython_extension"]
+__all__ = ["ClusterSpec", "DistCluster", "load_ipython_extension", "load_run", "report"]
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

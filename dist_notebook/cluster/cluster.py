@@ -223,8 +223,6 @@ class DistCluster:
             controller_launcher_class=OurControllerLauncher,
             engine_launcher_class=engines,
             controller_args=[f"--HeartMonitor.period={spec.heartbeat_ms}"],
-            # Engines leave by themselves ~10 heartbeats after the controller is gone.
-            engine_args=["--IPEngine.max_heartbeat_misses=10"],
             log_level=logging.WARNING,
         )
 
@@ -254,7 +252,13 @@ class DistCluster:
     async def _start_engines(self) -> None:
         assert self._ipp is not None
         self.progress(f"starting {self.n} engines")
-        self._engine_set = await self._ipp.start_engines(self.n, environment=self._engine_env())
+        self._engine_set = await self._ipp.start_engines(
+            self.n,
+            environment=self._engine_env(),
+            # Engines leave by themselves ~10 heartbeats after the controller is gone.
+            # (ipp.Cluster has no engine_args trait: it must go to the engine launcher.)
+            engine_args=["--IPEngine.max_heartbeat_misses=10"],
+        )
 
     async def _wait_for_engines(self, old: set[int]) -> None:
         assert self.client is not None
@@ -344,7 +348,7 @@ class DistCluster:
                 log.warning("stopping the ipyparallel cluster: %s", e)
 
     # --- run store -------------------------------------------------------------
-    def _writer(self) -> StoreWriter | None:
+    def writer(self) -> StoreWriter | None:
         if self._store is None:
             try:
                 self._store = StoreWriter()
@@ -354,7 +358,7 @@ class DistCluster:
         return self._store
 
     def _record_cluster(self) -> None:
-        writer = self._writer()
+        writer = self.writer()
         if writer and self._ipp is not None:
             writer.add_cluster(
                 self.id,
@@ -366,12 +370,12 @@ class DistCluster:
             )
 
     def _record_ranks(self) -> None:
-        writer = self._writer()
+        writer = self.writer()
         if writer:
             writer.set_ranks(self.id, [r.to_dict() for r in self.ranks])
 
     def _store_state(self, state: str) -> None:
-        writer = self._writer()
+        writer = self.writer()
         if writer:
             try:
                 writer.set_cluster_state(self.id, state, self.backend)

@@ -1,12 +1,33 @@
-"""%%dist_train and %dist_runs (training runs)."""
+"""%%dist_train / %dist_train EXPR (training runs) and %dist_runs (run history)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from IPython.core.magic import Magics, magics_class
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.display import display
 
+from ..training import RunSpec, RunState, TrainingRun, list_runs
+from ..training.run import RunResult
+from .args import MagicParser, check_ranks, int_list, positive_float, positive_int
+from .output import LabelledPrinter, Table
 from .session import Session
+
+
+def _train_parser() -> MagicParser:
+    p = MagicParser("%%dist_train", description="Run the cell as a DDP training run on every rank.")
+    p.add_argument("expression", nargs="*", help="line form: a call to run, e.g. train(epochs=3)")
+    p.add_argument("--name", help="a name for the run (default: run-HHMMSS-xxxx)")
+    p.add_argument("--steps", type=positive_int, help="total steps, for progress and ETA")
+    p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,1")
+    p.add_argument("--no-dashboard", action="store_true", help="no live widgets, text only")
+    p.add_argument("--background", action="store_true",
+                   help="return at once; the run goes on and the dashboard follows it")
+    p.add_argument("--timeout", type=positive_float, help="stop the run after this many seconds")
+    return p
 
 
 @magics_class
@@ -14,3 +35,67 @@ class TrainMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
         super().__init__(shell)
         self.session = session
+        self.parser = _train_parser()
+        self.last_run: TrainingRun | None = None
+        self.last_dashboard: Any = None
+        self.last_result: RunResult | None = None
+
+    @line_cell_magic
+    def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
+        """Run a training cell (or, as a line magic, an expression) on every rank."""
+        args = self.parser.parse_line(line)
+        if cell is None:
+            if not args.expression:
+                raise UsageError("%dist_train: give a call to run, e.g. %dist_train train(epochs=3)")
+            code = " ".join(args.expression)
+        else:
+            if args.expression:
+                raise UsageError(
+                    f"%%dist_train: unexpected {' '.join(args.expression)!r}; flags start with --"
+                )
+            code = cell
+        if not code.strip():
+            raise UsageError("%%dist_train: the cell is empty; write the training loop in it")
+        cluster = self.session.ready_cluster()
+        ranks = check_ranks(args.ranks, cluster.n)
+        spec = RunSpec(code=code, name=args.name or "", steps=args.steps,
+                       ranks=tuple(ranks) if ranks else None, timeout=args.timeout)
+        run = TrainingRun(cluster, spec, writer=cluster.writer())
+        dashboard = None
+        if not args.no_dashboard:
+            from ..display import Dashboard
+
+            dashboard = Dashboard(run, steps=args.steps)
+            dashboard.show()
+        self.last_run, self.last_dashboard = run, dashboard
+        if args.background:
+            thread = threading.Thread(target=self._execute, args=(run, dashboard, False),
+                                      name=f"dist-train-{run.id}", daemon=True)
+            thread.start()
+            print(f"run {run.name} ({run.id}) started in the background")
+            return None
+        return self._execute(run, dashboard, True)
+
+    def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
+        result = run.run(sink=LabelledPrinter())
+        self.last_result = result
+        if dashboard is not None:
+            dashboard.finish()
+        took = result.ended - result.started
+        print(f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
+              f"{result.records} records")
+        if result.state == RunState.FAILED and result.error is not None and raise_errors:
+            raise result.error
+        return result
+
+    @line_magic
+    def dist_runs(self, line: str) -> None:
+        """List the runs in the run store, newest first."""
+        if line.strip():
+            raise UsageError("%dist_runs takes no arguments")
+        rows = []
+        for r in list_runs():
+            took = f"{r['ended'] - r['started']:.1f} s" if r["ended"] else "-"
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
+            rows.append((r["name"], r["id"], r["state"], when, took))
+        display(Table(("name", "id", "state", "started", "took"), rows, "runs"))

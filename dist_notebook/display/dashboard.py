@@ -1,0 +1,170 @@
+"""The live dashboard of a training run, shown in the cell's output.
+
+Updated in place and throttled (at most ``MAX_FPS`` redraws a second) from the metrics
+collector's thread, never with clear_output. When the run ends, the display is updated
+once more with a static HTML picture beside the widget view, so a notebook saved
+without widget state still shows the final curves and table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import threading
+import time
+from typing import Any
+
+import ipywidgets as widgets
+from IPython.display import display
+
+from ..metrics import RankSummary, RunMetrics
+from .plots import RunFigure
+
+MAX_FPS = 4.0
+STATE_COLORS = {
+    "pending": "#999", "running": "#2ca02c", "done": "#1f77b4", "failed": "#d62728",
+    "dead": "#000", "cancelled": "#ff7f0e", "stalled": "#e6a100",
+}
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return pattern.format(value) if value is not None else "-"
+
+
+class Dashboard:
+    """Widgets over a run: header, curves + bars image, per-rank table, Stop button."""
+
+    def __init__(self, run: Any, steps: int | None = None) -> None:
+        self.run = run
+        self.metrics: RunMetrics = run.metrics
+        self.steps = steps
+        self.t0 = time.time()
+        self.renders = 0
+        self._last = 0.0
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._figure = RunFigure()
+        self.header = widgets.HTML()
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="760px"))
+        self.table = widgets.HTML()
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
+        self.stop_button.on_click(self._on_stop)
+        self.widget = widgets.VBox([widgets.HBox([self.header, self.stop_button]), self.image, self.table])
+        self._handle: Any = None
+        self.metrics.subscribe(self.request_render)
+        run.on_state(self.request_render)
+
+    # --- showing ----------------------------------------------------------------
+    def show(self) -> None:
+        self.render()
+        self._handle = display(self._bundle(final=False), raw=True, display_id=True)
+
+    def _bundle(self, final: bool) -> dict[str, Any]:
+        bundle: dict[str, Any] = {
+            "application/vnd.jupyter.widget-view+json": {
+                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+            },
+            "text/plain": self.text_summary(),
+        }
+        if final:
+            bundle["text/html"] = self.static_html()
+        return bundle
+
+    def finish(self) -> None:
+        """Final redraw; keep the last picture for notebooks saved without widget state."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.render()
+        self.stop_button.disabled = True
+        if self._handle is not None:
+            self._handle.update(self._bundle(final=True), raw=True)
+
+    # --- updating ---------------------------------------------------------------
+    def request_render(self) -> None:
+        """Called on every batch of records; redraws at most MAX_FPS times a second."""
+        with self._lock:
+            wait = self._last + 1.0 / MAX_FPS - time.monotonic()
+            if wait <= 0:
+                self._last = time.monotonic()
+            elif self._timer is None:
+                self._timer = threading.Timer(wait, self._deferred)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+            else:
+                return
+        self.render()
+
+    def _deferred(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._last = time.monotonic()
+        self.render()
+
+    def render(self) -> None:
+        summaries = self.metrics.summaries()
+        png = self._figure.draw(self.metrics, summaries)
+        with self.widget.hold_sync():
+            self.image.value = png
+            self.header.value = self._header_html(summaries)
+            self.table.value = self._table_html(summaries)
+        self.renders += 1
+
+    # --- content ----------------------------------------------------------------
+    def rank_state(self, s: RankSummary) -> str:
+        state = self.run.rank_states.get(s.rank, "pending")
+        if state == "running" and s.last_time is not None and time.time() - s.last_time > 30:
+            return "stalled"
+        return state
+
+    def _header_html(self, summaries: list[RankSummary]) -> str:
+        elapsed = time.time() - self.t0
+        text = f"<b>{html.escape(self.run.name)}</b> &nbsp; {self.run.state.value} &nbsp; {elapsed:.1f} s"
+        steps = [s.last_step for s in summaries if s.last_step is not None]
+        if steps:
+            step = min(steps)
+            text += f" &nbsp; step {step}"
+            if self.steps:
+                text += f"/{self.steps}"
+                done = (step + 1) / self.steps
+                if 0 < done < 1 and self.run.state.value == "running":
+                    text += f" &nbsp; ETA {elapsed * (1 - done) / done:.0f} s"
+        return text
+
+    def _table_html(self, summaries: list[RankSummary]) -> str:
+        rows = []
+        for s in summaries:
+            state = self.rank_state(s)
+            color = STATE_COLORS.get(state, "#999")
+            style = " style='color:#d62728;font-weight:bold'" if s.straggler else ""
+            rows.append(
+                f"<tr data-rank='{s.rank}'{style}><td>{s.rank}</td>"
+                f"<td><span style='color:{color}'>&#9679;</span> {state}</td>"
+                f"<td>{_fmt(s.last_step, '{}')}</td><td>{_fmt(s.last_loss, '{:.4f}')}</td>"
+                f"<td>{_fmt(s.samples_per_s, '{:,.0f}')}</td>"
+                f"<td>{_fmt(s.step_time and s.step_time * 1000, '{:.1f}')}</td>"
+                f"<td>{_fmt(s.comm_share and s.comm_share * 100, '{:.0f}%')}</td>"
+                f"<td>{'straggler' if s.straggler else ''}</td></tr>"
+            )
+        head = ("<tr><th>rank</th><th>state</th><th>step</th><th>loss</th><th>samples/s</th>"
+                "<th>step ms</th><th>comm</th><th></th></tr>")
+        return f"<table class='dist-notebook-ranks'>{head}{''.join(rows)}</table>"
+
+    def text_summary(self) -> str:
+        lines = [f"{self.run.name}: {self.run.state.value}"]
+        for s in self.metrics.summaries():
+            lines.append(
+                f"rank {s.rank}: {self.rank_state(s)} step {_fmt(s.last_step, '{}')} "
+                f"loss {_fmt(s.last_loss, '{:.4f}')} samples/s {_fmt(s.samples_per_s, '{:,.0f}')}"
+            )
+        return "\n".join(lines)
+
+    def static_html(self) -> str:
+        png = base64.b64encode(self.image.value).decode()
+        return (f"<div class='dist-notebook-run'><div>{self.header.value}</div>"
+                f"<img src='data:image/png;base64,{png}'/>{self.table.value}</div>")
+
+    def _on_stop(self, _button: Any) -> None:
+        self.stop_button.disabled = True
+        self.stop_button.description = "Stopping"
+        self.run.stop()

@@ -1,0 +1,160 @@
+"""One training run: submit the cell to every rank, collect metrics, record the outcome.
+
+States (``RunState``): pending -> running -> succeeded | failed | cancelled.
+A run is failed when any rank raised (that rank is marked failed, the others that were
+released by the failure are marked so too); cancelled when the user stopped it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
+from ..engine import training as engine_training
+from ..metrics import RunMetrics
+from ..store import StoreError, StoreWriter
+from .collector import Collector
+
+log = logging.getLogger("dist_notebook")
+
+
+class RunState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    code: str
+    name: str = ""
+    steps: int | None = None
+    ranks: tuple[int, ...] | None = None
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"--steps must be 1 or more (got {self.steps})")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    name: str
+    state: RunState
+    started: float
+    ended: float
+    outputs: dict[int, RankOutput] = field(default_factory=dict)
+    rank_states: dict[int, str] = field(default_factory=dict)
+    error: RankError | None = None
+    records: int = 0
+
+
+class TrainingRun:
+    """Runs a RunSpec on a ready cluster; ``stop()`` may be called from any thread."""
+
+    def __init__(self, cluster: Any, spec: RunSpec, writer: StoreWriter | None = None) -> None:
+        self.cluster = cluster
+        self.spec = spec
+        self.id = uuid.uuid4().hex[:12]
+        self.name = spec.name or f"run-{time.strftime('%H%M%S')}-{self.id[:4]}"
+        self.ranks = list(spec.ranks) if spec.ranks is not None else list(range(cluster.n))
+        self.state = RunState.PENDING
+        self.rank_states = {r: "pending" for r in self.ranks}
+        self.metrics = RunMetrics(self.ranks)
+        self.started = time.time()
+        self._writer = writer
+        self._cancelled = threading.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self._record("add_run", self.id, name=self.name, cluster_id=cluster.id,
+                     ranks=self.ranks, steps=spec.steps, code=spec.code)
+
+    def on_state(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def stop(self) -> None:
+        """Cancel the run: interrupt every rank (the cell then fails with KeyboardInterrupt)."""
+        self._cancelled.set()
+        self.cluster.interrupt(self.ranks)
+
+    def run(self, sink: OutputSink | None = None) -> RunResult:
+        key = os.urandom(32)
+        collector = Collector(self.id, key, self.metrics, self._writer, ip=self.cluster.spec.ip)
+        error: RankError | None = None
+        outputs: list[RankOutput] = []
+        interrupted = False
+        try:
+            apply_on_ranks(self.cluster, engine_training.begin_run, collector.endpoint, key, self.id,
+                           ranks=self.ranks)
+            self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
+            try:
+                outputs = run_on_ranks(self.cluster, self.spec.code, self.ranks, sink=sink,
+                                       timeout=self.spec.timeout)
+            except RankError as e:
+                error = e
+            except KeyboardInterrupt:
+                interrupted = True
+        finally:
+            self._finish_channel(collector)
+        return self._conclude(outputs, error, interrupted, collector)
+
+    def _finish_channel(self, collector: Collector) -> None:
+        try:
+            apply_on_ranks(self.cluster, engine_training.end_run, ranks=self.ranks, timeout=30)
+        except (RankError, TimeoutError) as e:
+            log.warning("closing the metrics channel: %s", e)
+        missing = collector.wait_for_ends(set(self.ranks), timeout=10)
+        if missing:
+            log.warning("ranks %s did not confirm their last records", sorted(missing))
+        collector.close()
+
+    def _conclude(self, outputs: list[RankOutput], error: RankError | None, interrupted: bool,
+                  collector: Collector) -> RunResult:
+        cancelled = self._cancelled.is_set() or interrupted or (
+            error is not None and error.ename == "KeyboardInterrupt"
+        )
+        if cancelled:
+            state, ranks = RunState.CANCELLED, {r: "cancelled" for r in self.ranks}
+        elif error is not None:
+            state = RunState.FAILED
+            failed = {f.rank for f in error.failures}
+            ranks = {r: ("failed" if r in failed else "done") for r in self.ranks}
+        else:
+            state, ranks = RunState.SUCCEEDED, {r: "done" for r in self.ranks}
+        message = None if error is None or cancelled else str(error)
+        self._set_state(state, ranks, error=message, failures=error)
+        return RunResult(
+            run_id=self.id, name=self.name, state=state, started=self.started, ended=time.time(),
+            outputs={o.rank: o for o in outputs}, rank_states=ranks,
+            error=None if cancelled else error, records=collector.received,
+        )
+
+    def _set_state(self, state: RunState, ranks: dict[int, str], error: str | None = None,
+                   failures: RankError | None = None) -> None:
+        self.state = state
+        self.rank_states.update(ranks)
+        self._record("set_run_state", self.id, state.value, error)
+        detail = {f.rank: f"{f.error.ename}: {f.error.evalue}" for f in failures.failures
+                  if f.error is not None} if failures else {}
+        for rank, rank_state in ranks.items():
+            self._record("set_run_rank", self.id, rank, rank_state, detail.get(rank))
+        for listener in self._listeners:
+            listener()
+
+    def _record(self, method: str, *args: Any, **kwargs: Any) -> None:
+        if self._writer is None:
+            return
+        try:
+            getattr(self._writer, method)(*args, **kwargs)
+        except StoreError as e:
+            log.warning("%s", e)

@@ -1,0 +1,173 @@
+/**
+ * dist-notebook's JupyterLab extension: a side panel with the clusters, their ranks,
+ * the current run's live loss curve and the run history, over the server extension's
+ * REST API.
+ */
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  MainAreaWidget,
+  showDialog,
+  showErrorMessage,
+  WidgetTracker
+} from '@jupyterlab/apputils';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+
+import { CommandIDs } from './commands';
+import { distIcon } from './icon';
+import { DistModel, RunModel } from './model';
+import { DistPanel } from './panel';
+import { postClusterAction } from './request';
+import { RunView } from './runview';
+import type { ClusterAction } from './types';
+
+const PLUGIN_ID = 'dist-notebook:plugin';
+const PANEL_ID = 'dist-notebook-panel';
+const CATEGORY = 'Distributed Training';
+
+interface ISettings {
+  pollInterval: number;
+  stragglerThreshold: number;
+}
+
+const DEFAULTS: ISettings = { pollInterval: 1000, stragglerThreshold: 0.2 };
+
+const CONFIRM: Record<ClusterAction, { title: string; body: string; label: string }> = {
+  interrupt: {
+    title: 'Interrupt cluster',
+    body: 'Interrupt the cell running on every rank of cluster %s? Each rank raises KeyboardInterrupt; the engines keep their state.',
+    label: 'Interrupt'
+  },
+  stop: {
+    title: 'Stop cluster',
+    body: 'Stop cluster %s? Its engines and controller exit, and everything defined on them is lost.',
+    label: 'Stop'
+  }
+};
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Clusters, ranks, live loss curves and run history of dist-notebook.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ICommandPalette, ISettingRegistry],
+  activate: async (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    settingRegistry: ISettingRegistry | null
+  ) => {
+    const settings: ISettings = { ...DEFAULTS };
+    const model = new DistModel({ interval: settings.pollInterval });
+    const panel = new DistPanel({ model, commands: app.commands });
+    panel.id = PANEL_ID;
+    panel.title.icon = distIcon;
+    panel.title.caption = 'Distributed training';
+    app.shell.add(panel, 'left', { rank: 600 });
+    restorer?.add(panel, PANEL_ID);
+
+    const tracker = new WidgetTracker<MainAreaWidget<RunView>>({
+      namespace: 'dist-notebook-run'
+    });
+
+    app.commands.addCommand(CommandIDs.showPanel, {
+      label: 'Show Distributed Training Panel',
+      icon: distIcon,
+      execute: () => app.shell.activateById(PANEL_ID)
+    });
+    app.commands.addCommand(CommandIDs.refresh, {
+      label: 'Refresh Distributed Training Panel',
+      execute: () => model.refresh()
+    });
+
+    const act = async (action: ClusterAction, clusterId: string): Promise<void> => {
+      const text = CONFIRM[action];
+      const answer = await showDialog({
+        title: `${text.title} ${clusterId}`,
+        body: text.body.replace('%s', clusterId),
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: text.label })]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+      try {
+        await postClusterAction(clusterId, action);
+      } catch (error) {
+        await showErrorMessage(`${text.title} ${clusterId} failed`, error as Error);
+      }
+      await model.refresh();
+    };
+    app.commands.addCommand(CommandIDs.interruptCluster, {
+      label: args =>
+        args.clusterId ? `Interrupt Cluster ${args.clusterId}` : 'Interrupt Cluster',
+      execute: args => act('interrupt', String(args.clusterId))
+    });
+    app.commands.addCommand(CommandIDs.stopCluster, {
+      label: args =>
+        args.clusterId ? `Stop Cluster ${args.clusterId}` : 'Stop Cluster',
+      execute: args => act('stop', String(args.clusterId))
+    });
+
+    app.commands.addCommand(CommandIDs.openRun, {
+      label: args => (args.runId ? `Open Run ${args.runId}` : 'Open Run'),
+      execute: args => {
+        const runId = String(args.runId);
+        const open = tracker.find(w => w.content.runId === runId);
+        if (open) {
+          app.shell.activateById(open.id);
+          return open;
+        }
+        const view = new RunView(
+          new RunModel({ runId, interval: settings.pollInterval })
+        );
+        view.stragglerThreshold = settings.stragglerThreshold;
+        const widget = new MainAreaWidget({ content: view });
+        widget.id = `dist-notebook-run-${runId}`;
+        widget.title.label = model.runs.find(r => r.id === runId)?.name ?? runId;
+        widget.title.caption = `Run ${runId}`;
+        widget.title.icon = distIcon;
+        widget.title.closable = true;
+        widget.addClass('dn-runview-widget');
+        void tracker.add(widget);
+        app.shell.add(widget, 'main');
+        app.shell.activateById(widget.id);
+        return widget;
+      }
+    });
+
+    if (restorer) {
+      void restorer.restore(tracker, {
+        command: CommandIDs.openRun,
+        args: w => ({ runId: w.content.runId }),
+        name: w => w.content.runId
+      });
+    }
+    if (palette) {
+      for (const command of [CommandIDs.showPanel, CommandIDs.refresh]) {
+        palette.addItem({ command, category: CATEGORY });
+      }
+    }
+
+    if (settingRegistry) {
+      const apply = (loaded: ISettingRegistry.ISettings) => {
+        Object.assign(settings, loaded.composite as unknown as ISettings);
+        model.interval = settings.pollInterval;
+        panel.stragglerThreshold = settings.stragglerThreshold;
+        panel.update();
+      };
+      try {
+        const loaded = await settingRegistry.load(PLUGIN_ID);
+        apply(loaded);
+        loaded.changed.connect(apply);
+      } catch (error) {
+        console.warn(`${PLUGIN_ID}: settings not loaded, using defaults`, error);
+      }
+    }
+  }
+};
+
+export default plugin;

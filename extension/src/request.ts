@@ -1,0 +1,94 @@
+/**
+ * All HTTP of the extension: typed calls on the server extension's REST API.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import type {
+  ClusterAction,
+  IActionReply,
+  IClusterModel,
+  IMetricsPage,
+  IRunDetailModel,
+  IRunModel
+} from './types';
+
+const API_PATH = 'dist-notebook/api';
+
+/**
+ * Call the API at *endpoint* (relative to `{base_url}/dist-notebook/api/`) and parse
+ * its JSON answer; a non-2xx answer raises `ServerConnection.ResponseError` with the
+ * server's message.
+ */
+export async function requestAPI<T>(
+  endpoint: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, API_PATH, endpoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: unknown = text;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      // not JSON: an HTML error page from a proxy or a server without the extension
+    }
+  }
+  if (!response.ok) {
+    const message =
+      typeof data === 'object' && data !== null && 'message' in data
+        ? String((data as { message: unknown }).message)
+        : `${response.status} ${response.statusText}`;
+    throw new ServerConnection.ResponseError(response, message);
+  }
+  return data as T;
+}
+
+function query(params: Record<string, string | number | undefined>): string {
+  const entries = Object.entries(params).filter(([, v]) => v !== undefined);
+  if (entries.length === 0) {
+    return '';
+  }
+  return (
+    '?' +
+    entries
+      .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`)
+      .join('&')
+  );
+}
+
+const id = (value: string): string => encodeURIComponent(value);
+
+export function fetchClusters(): Promise<IClusterModel[]> {
+  return requestAPI<IClusterModel[]>('clusters');
+}
+
+export function fetchRuns(
+  filter: { cluster?: string; state?: string } = {}
+): Promise<IRunModel[]> {
+  return requestAPI<IRunModel[]>('runs' + query(filter));
+}
+
+export function fetchRun(runId: string): Promise<IRunDetailModel> {
+  return requestAPI<IRunDetailModel>(`runs/${id(runId)}`);
+}
+
+export function fetchMetrics(runId: string, since: number): Promise<IMetricsPage> {
+  return requestAPI<IMetricsPage>(`runs/${id(runId)}/metrics` + query({ since }));
+}
+
+export function postClusterAction(
+  clusterId: string,
+  action: ClusterAction
+): Promise<IActionReply> {
+  return requestAPI<IActionReply>(`clusters/${id(clusterId)}/${action}`, {
+    method: 'POST'
+  });
+}

@@ -1,0 +1,79 @@
+/**
+ * A main-area view of one run: its state and a curve for every metric it reported.
+ */
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+
+import { CurveView } from './curve';
+import { h, setText, syncChildren } from './dom';
+import { RunModel } from './model';
+import { formatTime } from './panel';
+import { stragglers } from './series';
+
+export class RunView extends Widget {
+  readonly model: RunModel;
+  stragglerThreshold = 0.2;
+  private readonly _summary = h('div', 'dn-runview-summary');
+  private readonly _error = h('pre', 'dn-runview-error');
+  private readonly _curves = h('div', 'dn-runview-curves');
+  private readonly _views = new Map<string, CurveView>();
+
+  constructor(model: RunModel) {
+    super();
+    this.model = model;
+    this.addClass('dn-runview');
+    this.node.dataset.runId = model.runId;
+    this.node.append(this._summary, this._error, this._curves);
+    this.model.changed.connect(this.update, this);
+  }
+
+  get runId(): string {
+    return this.model.runId;
+  }
+
+  dispose(): void {
+    if (!this.isDisposed) {
+      this.model.dispose();
+      super.dispose();
+    }
+  }
+
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this.update();
+  }
+
+  protected onUpdateRequest(msg: Message): void {
+    super.onUpdateRequest(msg);
+    const run = this.model.run;
+    const series = this.model.series;
+    if (this.model.error) {
+      setText(this._summary, `Cannot load run ${this.runId}: ${this.model.error}`);
+    } else if (run) {
+      const parts = [
+        run.name,
+        run.state,
+        `cluster ${run.cluster_id}`,
+        `started ${formatTime(run.started)}`,
+        run.ended ? `ended ${formatTime(run.ended)}` : '',
+        run.steps ? `${run.steps} steps` : ''
+      ];
+      setText(this._summary, parts.filter(Boolean).join(' · '));
+      this.node.dataset.state = run.state;
+    }
+    setText(this._error, run?.error ?? '');
+    this._error.hidden = !run?.error;
+    const slow = stragglers(series.allStats(), this.stragglerThreshold);
+    syncChildren(
+      this._curves,
+      series.metrics,
+      m => m,
+      m => {
+        const view = new CurveView(m, 'dn-runview-curve');
+        this._views.set(m, view);
+        return view.node;
+      },
+      (_node, m) => this._views.get(m)!.update(series, slow)
+    );
+  }
+}

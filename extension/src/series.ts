@@ -1,0 +1,307 @@
+/**
+ * Per-rank series of one run, built from incremental metrics records, and the pure
+ * computations the views need: throughput, stragglers, curve geometry.
+ *
+ * No DOM and no JupyterLab imports here: this module is unit-tested under node.
+ */
+import type { IMetricRecord } from './types';
+
+/** One point of a curve. */
+export interface IPoint {
+  step: number;
+  value: number;
+}
+
+/** What the panel shows for one rank: its latest state in the run. */
+export interface IRankStats {
+  rank: number;
+  step: number | null;
+  loss: number | null;
+  /** Mean samples/s over the last few records (a single step is noisy). */
+  samplesPerS: number | null;
+  /** GPU memory in bytes, when the rank reports `gpu_mem`. */
+  gpuMem: number | null;
+  time: number;
+  records: number;
+}
+
+/** The rectangle of data values a chart shows. */
+export interface IExtent {
+  x0: number;
+  x1: number;
+  y0: number;
+  y1: number;
+}
+
+/** Records kept for the samples/s mean. */
+const THROUGHPUT_WINDOW = 5;
+
+function num(value: unknown): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
+}
+
+/** Fields of a record that are not metric values. */
+const NOT_METRICS = new Set(['seq', 'rank', 'step', 'time']);
+
+class RankSeries {
+  /** Every numeric metric the rank reported, by name; samples_per_s also derived. */
+  readonly curves = new Map<string, IPoint[]>();
+  readonly throughput: number[] = [];
+  last: IMetricRecord | null = null;
+  gpuMem: number | null = null;
+  count = 0;
+
+  add(record: IMetricRecord): void {
+    const step = num(record.step) ?? this.count;
+    for (const [name, raw] of Object.entries(record)) {
+      const value = num(raw);
+      if (value !== null && !NOT_METRICS.has(name)) {
+        this.push(name, step, value);
+      }
+    }
+    const sps = this.samplesPerS(record);
+    if (sps !== null) {
+      if (num(record.samples_per_s) === null) {
+        this.push('samples_per_s', step, sps);
+      }
+      this.throughput.push(sps);
+      if (this.throughput.length > THROUGHPUT_WINDOW) {
+        this.throughput.shift();
+      }
+    }
+    this.gpuMem = num(record.gpu_mem) ?? this.gpuMem;
+    this.last = record;
+    this.count += 1;
+  }
+
+  private push(name: string, step: number, value: number): void {
+    let curve = this.curves.get(name);
+    if (curve === undefined) {
+      curve = [];
+      this.curves.set(name, curve);
+    }
+    curve.push({ step, value });
+  }
+
+  private samplesPerS(record: IMetricRecord): number | null {
+    const reported = num(record.samples_per_s);
+    if (reported !== null) {
+      return reported;
+    }
+    // Only `samples` reported: divide by the time since this rank's previous record.
+    const samples = num(record.samples);
+    if (samples === null || this.last === null) {
+      return null;
+    }
+    const dt = record.time - this.last.time;
+    return dt > 0 ? samples / dt : null;
+  }
+}
+
+/**
+ * The series of one run, per rank. Records are added in sequence order, as the
+ * metrics route hands them out; `lastSeq` is what to ask for next.
+ */
+export class RunSeries {
+  private readonly _ranks = new Map<number, RankSeries>();
+  private _lastSeq = 0;
+
+  constructor(readonly runId: string) {}
+
+  get lastSeq(): number {
+    return this._lastSeq;
+  }
+
+  /** Add records; returns whether any was new. */
+  add(records: readonly IMetricRecord[], lastSeq?: number): boolean {
+    let changed = false;
+    for (const record of records) {
+      if (record.seq <= this._lastSeq) {
+        continue; // already seen: a retried request
+      }
+      let series = this._ranks.get(record.rank);
+      if (series === undefined) {
+        series = new RankSeries();
+        this._ranks.set(record.rank, series);
+      }
+      series.add(record);
+      this._lastSeq = record.seq;
+      changed = true;
+    }
+    if (lastSeq !== undefined && lastSeq > this._lastSeq) {
+      this._lastSeq = lastSeq;
+    }
+    return changed;
+  }
+
+  /** The ranks that reported anything, in order. */
+  get ranks(): number[] {
+    return [...this._ranks.keys()].sort((a, b) => a - b);
+  }
+
+  /** The curve of *metric* (loss, samples_per_s, ...) for *rank*. */
+  curve(rank: number, metric = 'loss'): readonly IPoint[] {
+    return this._ranks.get(rank)?.curves.get(metric) ?? [];
+  }
+
+  /** The names of all metrics any rank reported, loss first. */
+  get metrics(): string[] {
+    const names = new Set<string>();
+    for (const series of this._ranks.values()) {
+      for (const name of series.curves.keys()) {
+        names.add(name);
+      }
+    }
+    return [...names].sort((a, b) =>
+      a === 'loss' ? -1 : b === 'loss' ? 1 : a.localeCompare(b)
+    );
+  }
+
+  stats(rank: number): IRankStats | null {
+    const series = this._ranks.get(rank);
+    if (series === undefined || series.last === null) {
+      return null;
+    }
+    const last = series.last;
+    const sps = series.throughput;
+    const loss = series.curves.get('loss');
+    return {
+      rank,
+      step: num(last.step),
+      loss: loss?.length ? loss[loss.length - 1].value : null,
+      samplesPerS: sps.length ? sps.reduce((a, b) => a + b, 0) / sps.length : null,
+      gpuMem: series.gpuMem,
+      time: last.time,
+      records: series.count
+    };
+  }
+
+  allStats(): IRankStats[] {
+    return this.ranks.map(r => this.stats(r)).filter((s): s is IRankStats => !!s);
+  }
+}
+
+export function median(values: readonly number[]): number | null {
+  if (values.length === 0) {
+    return null;
+  }
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/**
+ * The ranks whose samples/s is more than *threshold* (a fraction) below the median
+ * over ranks. Needs at least two ranks with a throughput.
+ */
+export function stragglers(stats: readonly IRankStats[], threshold = 0.2): Set<number> {
+  const known = stats.filter(s => s.samplesPerS !== null);
+  const out = new Set<number>();
+  const mid = median(known.map(s => s.samplesPerS as number));
+  if (known.length < 2 || mid === null || mid <= 0) {
+    return out;
+  }
+  for (const s of known) {
+    if ((s.samplesPerS as number) < mid * (1 - threshold)) {
+      out.add(s.rank);
+    }
+  }
+  return out;
+}
+
+/** The extent of all points, widened where it would be empty. */
+export function extentOf(curves: readonly (readonly IPoint[])[]): IExtent | null {
+  let x0 = Infinity;
+  let x1 = -Infinity;
+  let y0 = Infinity;
+  let y1 = -Infinity;
+  for (const curve of curves) {
+    for (const p of curve) {
+      x0 = Math.min(x0, p.step);
+      x1 = Math.max(x1, p.step);
+      y0 = Math.min(y0, p.value);
+      y1 = Math.max(y1, p.value);
+    }
+  }
+  if (x0 === Infinity) {
+    return null;
+  }
+  if (x1 === x0) {
+    x1 = x0 + 1;
+  }
+  if (y1 === y0) {
+    const pad = Math.abs(y0) * 0.05 || 1;
+    y0 -= pad;
+    y1 += pad;
+  }
+  return { x0, x1, y0, y1 };
+}
+
+/** At most *max* points: every k-th point, always with the last. */
+export function thin(points: readonly IPoint[], max: number): readonly IPoint[] {
+  if (points.length <= max || max < 2) {
+    return points;
+  }
+  const stride = Math.ceil(points.length / (max - 1));
+  const out: IPoint[] = [];
+  for (let i = 0; i < points.length; i += stride) {
+    out.push(points[i]);
+  }
+  if (out[out.length - 1] !== points[points.length - 1]) {
+    out.push(points[points.length - 1]);
+  }
+  return out;
+}
+
+/**
+ * An SVG path through *points* in a *width* x *height* box (y grows downwards),
+ * thinned to about one point per pixel.
+ */
+export function linePath(
+  points: readonly IPoint[],
+  extent: IExtent,
+  width: number,
+  height: number
+): string {
+  const sx = width / (extent.x1 - extent.x0);
+  const sy = height / (extent.y1 - extent.y0);
+  return thin(points, Math.max(2, Math.round(width)))
+    .map((p, i) => {
+      const x = (p.step - extent.x0) * sx;
+      const y = height - (p.value - extent.y0) * sy;
+      return `${i ? 'L' : 'M'}${x.toFixed(1)} ${y.toFixed(1)}`;
+    })
+    .join('');
+}
+
+/** A short number: 3 significant digits, with k/M suffixes above 10^4. */
+export function formatNumber(value: number | null): string {
+  if (value === null) {
+    return '–';
+  }
+  const abs = Math.abs(value);
+  if (abs >= 1e6) {
+    return `${(value / 1e6).toFixed(1)}M`;
+  }
+  if (abs >= 1e4) {
+    return `${(value / 1e3).toFixed(1)}k`;
+  }
+  if (abs >= 100 || Number.isInteger(value)) {
+    return value.toFixed(0);
+  }
+  return value.toPrecision(3);
+}
+
+export function formatBytes(bytes: number | null): string {
+  if (bytes === null) {
+    return '–';
+  }
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${value.toFixed(unit ? 1 : 0)} ${units[unit]}`;
+}
