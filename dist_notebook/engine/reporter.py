@@ -74,9 +74,10 @@ def close_channel() -> int:
         channel, _channel = _channel, None
     if channel is None:
         return 0
+    sent = channel.sent  # the end marker below is not a record
     channel.send({"run": channel.run_id, "rank": channel.rank, "end": True, "time": time.time()})
     channel.close()
-    return channel.sent
+    return sent
 
 
 def add_step_hook(hook: Any) -> None:

@@ -19,15 +19,26 @@ class MagicParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
 
-    def parse_line(self, line: str) -> argparse.Namespace:
+    def parse_line(self, line: str, *, keep_quotes: bool = False) -> argparse.Namespace:
+        """Parse *line* like a shell would; with *keep_quotes*, quoted words keep their
+        quotes (for a Python expression such as ``d['key']``)."""
         try:
-            words = shlex.split(line)
+            words = _split(line, keep_quotes)
         except ValueError as e:
             raise UsageError(f"{self.prog}: cannot read the arguments ({e}); check the quotes") from None
         args = self.parse_args(words)
         if args.help:
             raise UsageError(self.format_help())
         return args
+
+
+def _split(line: str, keep_quotes: bool) -> list[str]:
+    if not keep_quotes:
+        return shlex.split(line)
+    lexer = shlex.shlex(line, posix=False)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
 
 
 def int_list(text: str) -> list[int]:
@@ -67,10 +78,11 @@ def positive_float(text: str) -> float:
     return value
 
 
-def check_ranks(ranks: list[int] | None, n: int) -> list[int] | None:
+def check_ranks(ranks: list[int] | None, n: int, flag: str = "--ranks") -> list[int] | None:
+    """*ranks* if each is a rank of an *n*-rank cluster; else a UsageError naming *flag*."""
     if ranks is None:
         return None
-    bad = [r for r in ranks if r >= n]
+    bad = [r for r in ranks if not 0 <= r < n]
     if bad:
-        raise UsageError(f"unknown rank {bad[0]}: this cluster has ranks 0..{n - 1}; fix --ranks")
+        raise UsageError(f"unknown rank {bad[0]}: this cluster has ranks 0..{n - 1}; fix {flag}")
     return ranks

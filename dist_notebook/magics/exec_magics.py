@@ -75,10 +75,10 @@ class ExecMagics(Magics):
     @line_magic
     def dist_pull(self, line: str) -> Any:
         """Evaluate an expression on rank 0 (or --rank R, or --all) and return its value."""
-        args = self.pull_parser.parse_line(line)
+        args = self.pull_parser.parse_line(line, keep_quotes=True)
         cluster = self.session.ready_cluster()
         expression = " ".join(args.expression)
-        ranks = list(range(cluster.n)) if args.all else check_ranks([args.rank], cluster.n)
+        ranks = list(range(cluster.n)) if args.all else check_ranks([args.rank], cluster.n, flag="--rank")
         assert ranks is not None
         values = pull(cluster, expression, ranks)
         return values if args.all else values[ranks[0]]

@@ -181,7 +181,7 @@ def _cluster_file(row: dict[str, Any]) -> Path:
     from ipyparallel import Cluster
 
     if not row.get("profile_dir"):
-        return Path("")
+        return Path("/nonexistent")
     probe = Cluster(
         profile_dir=row["profile_dir"],
         cluster_id=row["ipp_cluster_id"] or "",
@@ -202,8 +202,13 @@ def _act_in_thread(row: dict[str, Any], action: str) -> None:
 async def _act(row: dict[str, Any], action: str) -> None:
     from ipyparallel import Cluster
 
+    if not row.get("profile_dir"):
+        raise ClusterUnreachableError(
+            f"cluster {row['id']!r} cannot be reached: the run store names no ipyparallel"
+            " profile for it"
+        )
     cluster_file = _cluster_file(row)
-    if not row.get("profile_dir") or not cluster_file.is_file():
+    if not cluster_file.is_file():
         raise ClusterUnreachableError(
             f"cluster {row['id']!r} cannot be reached: no ipyparallel cluster file"
             f" {str(cluster_file)!r} (its kernel stopped it or exited)"

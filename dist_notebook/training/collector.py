@@ -87,8 +87,18 @@ class Collector:
         if not hmac.compare_digest(signature, expected):
             self.rejected += 1
             return None
-        rec = json.loads(payload)
-        if rec.pop("run", None) != self.run_id:
+        try:
+            rec = json.loads(payload)
+        except ValueError:
+            rec = None
+        # A record this thread cannot file would stop it, and with it the whole run's
+        # metrics: anything but {"run", "rank": int, "time": number, ...} is dropped.
+        if (
+            not isinstance(rec, dict)
+            or rec.pop("run", None) != self.run_id
+            or type(rec.get("rank")) is not int
+            or not isinstance(rec.get("time"), int | float)
+        ):
             self.rejected += 1
             return None
         if rec.pop("end", False):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 import pytest
 
@@ -27,7 +28,7 @@ from dist_notebook.cluster import ClusterConfigError, ClusterSpec
     ],
 )
 def test_invalid_spec_names_the_fix(kwargs: dict, fix: str) -> None:
-    with pytest.raises(ClusterConfigError, match=fix.replace(".", r"\.").replace(",", ",")):
+    with pytest.raises(ClusterConfigError, match=re.escape(fix)):
         ClusterSpec(**kwargs)
 
 

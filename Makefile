@@ -1,0 +1,51 @@
+# The README's two commands: `make lab` (the main job) and `make test`.
+# Each sets itself up on a fresh machine: virtual environment, packages, front end.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+# torch is installed first and pinned: that release is what the project is tested
+# with; pyproject.toml declares the range it supports.
+TORCH := torch==2.13.0
+
+.PHONY: venv lab test test-fast lint bench chromium clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e ".[test,lab]"
+	touch $(STAMP)
+
+-include mk/extension.mk
+
+lab: venv ext-build
+	DIST_NOTEBOOK_STORE=$${DIST_NOTEBOOK_STORE:-} $(VENV)/bin/jupyter lab --ip=127.0.0.1 \
+		--ServerApp.root_dir=notebooks
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
+
+test: venv ext-build chromium
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+
+test-fast: venv
+	$(PY) -m pytest -q -x tests/unit tests/magics tests/integration tests/training
+
+lint: venv
+	$(VENV)/bin/ruff check dist_notebook tests bench
+	$(VENV)/bin/ruff format --check dist_notebook
+	$(VENV)/bin/mypy
+
+bench: venv
+	$(PIP) install -q -e ".[bench]"
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) extension/node_modules extension/lib dist_notebook/labextension/static

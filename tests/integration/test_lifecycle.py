@@ -1,0 +1,69 @@
+"""Start, restart and stop a cluster of its own: fresh engines, and no process left over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from dist_notebook import ClusterSpec, DistCluster
+from dist_notebook.cluster import ClusterState
+from dist_notebook.cluster.execute import run_on_ranks
+
+from .procs import alive, cluster_pids, kill_all, wait_gone
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def fresh() -> Iterator[DistCluster]:
+    cluster = DistCluster(ClusterSpec(n=2))
+    cluster.start_sync()
+    pids = cluster_pids(cluster)
+    yield cluster
+    cluster.stop_sync()
+    kill_all(wait_gone(pids["engines"] + pids["controller"], 10))
+
+
+def group_sum(cluster: DistCluster) -> list[float]:
+    outputs = run_on_ranks(
+        cluster, "t = torch.tensor([float(rank + 1)])\ndist.all_reduce(t)\nt.item()"
+    )
+    return [float(o.result["data"]["text/plain"]) for o in outputs if o.result]
+
+
+def test_start_gives_ranks_with_live_engines(fresh: DistCluster) -> None:
+    assert fresh.state == ClusterState.READY
+    assert [r.rank for r in fresh.ranks] == [0, 1]
+    assert all(r.backend == "gloo" and r.device == "cpu" for r in fresh.ranks)
+    pids = cluster_pids(fresh)
+    assert all(alive(p) for p in pids["engines"] + pids["controller"])
+    # Engines leave by themselves when the controller's heartbeats stop.
+    for pid in pids["engines"]:
+        assert "--IPEngine.max_heartbeat_misses=10" in psutil.Process(pid).cmdline()
+    assert group_sum(fresh) == [3.0, 3.0]
+
+
+def test_restart_gives_new_engines_with_the_same_ranks(fresh: DistCluster) -> None:
+    old = {r.rank: r.pid for r in fresh.ranks}
+    run_on_ranks(fresh, "kept = 1")
+    fresh.restart_sync()
+    assert fresh.state == ClusterState.READY
+    new = {r.rank: r.pid for r in fresh.ranks}
+    assert sorted(new) == [0, 1]
+    assert not set(new.values()) & set(old.values())
+    assert wait_gone(old.values(), 10) == []
+    assert group_sum(fresh) == [3.0, 3.0]
+    # New processes: the old namespace is gone.
+    outputs = run_on_ranks(fresh, "'kept' in globals()")
+    assert [o.result["data"]["text/plain"] for o in outputs if o.result] == ["False", "False"]
+
+
+def test_stop_leaves_no_process(fresh: DistCluster) -> None:
+    pids = cluster_pids(fresh)
+    fresh.stop_sync()
+    assert fresh.state == ClusterState.STOPPED
+    assert wait_gone(pids["engines"] + pids["controller"], 10) == []
+    fresh.stop_sync()  # a second stop does nothing
+    assert fresh.state == ClusterState.STOPPED

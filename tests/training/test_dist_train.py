@@ -1,0 +1,216 @@
+"""``%%dist_train`` end to end on the shared 2-rank CPU (gloo) cluster.
+
+Records reach the run store complete and in order, the dashboard's widgets follow the
+run, the Stop button cancels every rank, a raising rank fails the run, and another
+process can read the store while a run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from dist_notebook import load_run
+from dist_notebook.cluster.execute import RankError
+from dist_notebook.display.dashboard import MAX_FPS
+from dist_notebook.store import StoreReader
+
+from .conftest import TRAIN_CELL, result_of, wait_for
+
+pytestmark = pytest.mark.slow
+RANKS = (0, 1)
+
+
+def by_rank(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {r: [] for r in RANKS}
+    for rec in records:
+        out[rec["rank"]].append(rec)
+    return out
+
+
+def table_step(table_html: str, rank: int) -> str:
+    """The step column of *rank*'s row in the dashboard's table."""
+    row = re.search(rf"<tr data-rank='{rank}'[^>]*>(.*?)</tr>", table_html)
+    assert row, table_html
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1))
+    return cells[2]
+
+
+@pytest.fixture(scope="module")
+def fifty(shell: Any, train_defined: Any) -> dict[str, Any]:
+    """One 50-step DDP run written in the cell, shared by the tests that inspect it."""
+    magics = shell.magics_manager.registry["TrainMagics"]
+    with capture_output() as captured:
+        result = shell.run_cell_magic("dist_train", "--name fifty --steps 50", TRAIN_CELL.format(steps=50))
+    return {"result": result, "dashboard": magics.last_dashboard, "run": magics.last_run,
+            "outputs": captured.outputs}
+
+
+def test_every_step_of_every_rank_is_stored_in_order(fifty: dict[str, Any]) -> None:
+    result = fifty["result"]
+    assert result.state.value == "succeeded"
+    assert result.records == 100
+    stored = load_run("fifty")
+    assert stored.id == result.run_id and stored.state == "succeeded"
+    records = stored.records()
+    assert len(records) == 50 * 2
+    for rank, recs in by_rank(records).items():
+        assert [r["step"] for r in recs] == list(range(50)), f"rank {rank}"
+        times = [r["time"] for r in recs]
+        assert times == sorted(times)
+        assert all(isinstance(r["loss"], float) and r["samples"] == 32 for r in recs)
+        assert "step_time" not in recs[0]
+        assert all(r["step_time"] > 0 for r in recs[1:])
+        # DDP's all-reduce was timed on every step, and never longer than the step.
+        assert all(r["comm_time"] > 0 for r in recs)
+        assert all(r["comm_time"] <= r["step_time"] for r in recs[1:])
+
+
+def test_loss_falls_on_a_learnable_task(fifty: dict[str, Any]) -> None:
+    mean_loss = fifty["run"].metrics.mean_series("loss")[1]
+    assert len(mean_loss) == 50
+    first, last = sum(mean_loss[:5]) / 5, sum(mean_loss[-5:]) / 5
+    assert last < 0.5 * first, (first, last)
+
+
+def test_dashboard_shows_the_last_step(fifty: dict[str, Any]) -> None:
+    dashboard = fifty["dashboard"]
+    for rank in RANKS:
+        assert table_step(dashboard.table.value, rank) == "49"
+    assert "succeeded" in dashboard.header.value and "step 49/50" in dashboard.header.value
+    assert dashboard.image.value.startswith(b"\x89PNG\r\n\x1a\n") and len(dashboard.image.value) > 5000
+    assert dashboard.renders >= 1
+    assert dashboard.stop_button.disabled
+    assert "rank 1: done step 49" in dashboard.text_summary()
+
+
+def test_display_keeps_a_static_picture_after_the_run(fifty: dict[str, Any]) -> None:
+    outputs = fifty["outputs"]
+    first = outputs[0]
+    assert "application/vnd.jupyter.widget-view+json" in first.data
+    assert "text/html" not in first.data
+    final = outputs[-1]
+    assert final.update, "the run's own display is updated in place, not a new output"
+    assert "<img src='data:image/png;base64,iVBORw0KGgo" in final.data["text/html"]
+    assert final.data["text/plain"].startswith("fifty: succeeded")
+
+
+def test_renders_are_throttled(trainer: Any, shell: Any) -> None:
+    t0 = time.monotonic()
+    with capture_output():
+        result = shell.run_cell_magic("dist_train", "--steps 200", "train(200)")
+    elapsed = time.monotonic() - t0
+    dashboard = trainer.last_dashboard
+    assert result.records == 400
+    assert 1 <= dashboard.renders <= MAX_FPS * elapsed + 3
+    assert dashboard.renders < result.records / 10
+    assert table_step(dashboard.table.value, 0) == "199"
+
+
+def test_another_process_reads_the_store_during_a_run(trainer: Any, shell: Any, throwaway_store: str) -> None:
+    with capture_output():
+        shell.run_cell_magic("dist_train", "--background --name watched", "train(60, pause=0.05)")
+    run = trainer.last_run
+    wait_for(lambda: run.metrics.count >= 4, 20, "the first records")
+    reader = textwrap.dedent(f"""
+        import json, time
+        from pathlib import Path
+        from dist_notebook.store import StoreReader
+        reader = StoreReader(Path({throwaway_store!r}))
+        seen = []
+        for _ in range(2):
+            seen.append((len(reader.metrics({run.id!r})), reader.run({run.id!r})["state"]))
+            time.sleep(0.5)
+        print(json.dumps(seen))
+    """)
+    done = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    (first, first_state), (second, second_state) = json.loads(done.stdout)
+    assert 0 < first < second < 120
+    assert first_state == second_state == "running"
+    result = result_of(trainer, run)
+    assert result.state.value == "succeeded" and len(StoreReader().metrics(run.id)) == 120
+
+
+def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
+    # No collective in this loop: SIGINT cannot free a rank blocked in gloo (see DESIGN).
+    with capture_output():
+        shell.run_cell_magic("dist_train", "--background --name stopped", "train(2000, pause=0.02, ddp=False)")
+    run, dashboard = trainer.last_run, trainer.last_dashboard
+    wait_for(lambda: all(run.metrics.records(r) for r in RANKS), 20, "records from every rank")
+    clicked = time.monotonic()
+    dashboard.stop_button.click()
+    assert dashboard.stop_button.disabled
+    result = result_of(trainer, run, timeout=15)
+    assert time.monotonic() - clicked < 8
+    assert result.state.value == "cancelled" and result.error is None
+    assert run.rank_states == {0: "cancelled", 1: "cancelled"}
+    stored = StoreReader().run(run.id)
+    assert stored is not None and stored["state"] == "cancelled"
+    assert [(r["rank"], r["state"]) for r in stored["ranks"]] == [(0, "cancelled"), (1, "cancelled")]
+    assert len(StoreReader().metrics(run.id)) == result.records < 4000
+    assert "cancelled" in dashboard.header.value
+    # The cluster is still usable, process group included.
+    with capture_output():
+        shell.run_cell_magic("dist", "", "t = torch.ones(1); dist.all_reduce(t); after_stop = t.item()")
+    assert shell.run_line_magic("dist_pull", "--all after_stop") == {0: 2.0, 1: 2.0}
+
+
+def test_a_raising_rank_fails_the_run(trainer: Any, shell: Any) -> None:
+    # Rank 1 reports steps 0..19 as fast as it can, then raises; rank 0 goes on to 40.
+    with capture_output(), pytest.raises(RankError) as raised:
+        shell.run_cell_magic("dist_train", "--name failing", "train(40, ddp=False, fail_rank=1, fail_at=20)")
+    assert raised.value.rank == 1 and raised.value.ename == "ValueError"
+    assert "rank 1 raised ValueError: bad batch at step 20" in str(raised.value)
+    result, run = trainer.last_result, trainer.last_run
+    assert result.state.value == "failed" and result.rank_states == {0: "done", 1: "failed"}
+    stored = StoreReader().run(run.id)
+    assert stored is not None and stored["state"] == "failed"
+    ranks = {r["rank"]: r for r in stored["ranks"]}
+    assert ranks[1]["state"] == "failed" and "bad batch at step 20" in ranks[1]["error"]
+    assert ranks[0]["state"] == "done"
+    steps = {rank: [r["step"] for r in recs] for rank, recs in by_rank(StoreReader().metrics(run.id)).items()}
+    assert steps == {0: list(range(40)), 1: list(range(20))}
+    assert "failed" in trainer.last_dashboard.header.value
+
+
+def test_line_form_calls_a_function_from_a_dist_cell(trainer: Any, shell: Any) -> None:
+    with capture_output():
+        result = shell.run_line_magic("dist_train", "--name line train(steps=10)")
+    assert result.state.value == "succeeded" and result.records == 20
+    assert [r["step"] for r in load_run("line").records() if r["rank"] == 0] == list(range(10))
+
+
+def test_line_form_keeps_quotes_in_the_expression(trainer: Any, shell: Any) -> None:
+    with capture_output():
+        shell.run_cell_magic("dist", "", "def tagged(tag, steps):\n    assert tag == 'a b', tag\n    return train(steps)")
+        result = shell.run_line_magic("dist_train", "--name quoted tagged('a b', steps=3)")
+    assert result.state.value == "succeeded" and result.records == 6
+
+
+def test_report_outside_a_run_does_nothing_on_the_ranks(shell: Any, train_defined: Any) -> None:
+    with capture_output():
+        shell.run_cell_magic("dist", "", "outside = report(step=0, loss=torch.tensor(1.0))")
+    assert shell.run_line_magic("dist_pull", "--all outside") == {0: None, 1: None}
+
+
+def test_runs_are_listed_and_exported(fifty: dict[str, Any], shell: Any, tmp_path: Path) -> None:
+    with capture_output() as captured:
+        shell.run_line_magic("dist_runs", "")
+    listing = captured.outputs[-1].data
+    assert "fifty" in listing["text/plain"] and fifty["result"].run_id in listing["text/html"]
+    assert "succeeded" in listing["text/plain"]
+    path = load_run(fifty["result"].run_id).to_csv(tmp_path / "fifty.csv")
+    lines = path.read_text().splitlines()
+    assert lines[0].split(",")[:3] == ["rank", "step", "time"]
+    assert {"loss", "samples", "step_time", "comm_time"} <= set(lines[0].split(","))
+    assert len(lines) == 1 + 100

@@ -1,0 +1,143 @@
+"""RunMetrics (summaries, stragglers, the mean curve) and DDP comm-time accounting."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dist_notebook.engine import commtime
+from dist_notebook.metrics import RunMetrics
+from dist_notebook.metrics.series import WINDOW
+
+
+def steady(rank: int, steps: int, step_time: float, t0: float = 1000.0, **extra: float) -> list[dict]:
+    """Records of a rank reporting every *step_time* seconds, 32 samples a step."""
+    out = []
+    for i in range(steps):
+        rec = {"rank": rank, "step": i, "time": t0 + i * step_time, "loss": 1.0 / (i + 1), "samples": 32}
+        if i:
+            rec["step_time"] = step_time
+        rec.update(extra)
+        out.append(rec)
+    return out
+
+
+def test_summary_of_one_rank() -> None:
+    m = RunMetrics([0])
+    m.add(steady(0, 30, 0.01, comm_time=0.004))
+    s = m.summary(0)
+    assert (s.rank, s.records, s.last_step) == (0, 30, 29)
+    assert s.last_loss == pytest.approx(1 / 30)
+    assert s.step_time == pytest.approx(0.01)
+    # The window's first record only opens the span: 19 steps of 32 samples in 0.19 s.
+    assert s.samples_per_s == pytest.approx(32 / 0.01)
+    assert s.comm_share == pytest.approx(0.4)
+    assert s.last_time == pytest.approx(1000 + 29 * 0.01)
+    assert not s.straggler
+
+
+def test_summary_follows_recent_records_only() -> None:
+    m = RunMetrics([0])
+    m.add(steady(0, 50, 0.1))
+    m.add(steady(0, WINDOW, 0.01, t0=2000.0))
+    assert m.summary(0).step_time == pytest.approx(0.01)
+
+
+def test_summary_without_records_or_metrics() -> None:
+    m = RunMetrics([0, 1])
+    m.add([{"rank": 0, "step": None, "time": 1.0}])
+    empty, bare = m.summary(1), m.summary(0)
+    assert (empty.records, empty.last_step, empty.step_time, empty.samples_per_s, empty.last_time) == (
+        0, None, None, None, None)
+    assert (bare.records, bare.last_step, bare.last_loss, bare.comm_share) == (1, None, None, None)
+
+
+def test_comm_share_is_capped_at_one() -> None:
+    m = RunMetrics([0])
+    m.add(steady(0, 5, 0.01, comm_time=0.05))
+    assert m.summary(0).comm_share == 1.0
+
+
+@pytest.mark.parametrize(("slow", "flagged"), [(0.0125, True), (0.0115, False)])
+def test_straggler_is_a_rank_over_20_percent_slower_than_the_median(slow: float, flagged: bool) -> None:
+    m = RunMetrics([0, 1, 2])
+    m.add(steady(0, 10, 0.01) + steady(1, 10, 0.01) + steady(2, 10, slow))
+    flags = [s.straggler for s in m.summaries()]
+    assert flags == [False, False, flagged]
+
+
+def test_no_straggler_with_one_timed_rank() -> None:
+    m = RunMetrics([0, 1])
+    m.add(steady(0, 10, 0.5))
+    assert [s.straggler for s in m.summaries()] == [False, False]
+
+
+def test_mean_series_uses_steps_every_rank_reported() -> None:
+    m = RunMetrics([0, 1])
+    m.add([{"rank": 0, "step": s, "time": s, "loss": float(s)} for s in range(5)])
+    m.add([{"rank": 1, "step": s, "time": s, "loss": float(s) + 2} for s in range(3)])
+    m.add([{"rank": 1, "step": 3, "time": 3.0, "acc": 0.5}])  # no loss at step 3
+    assert m.mean_series("loss") == ([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])
+    assert m.mean_series("missing") == ([], [])
+    assert RunMetrics([]).mean_series("loss") == ([], [])
+
+
+def test_series_skips_records_without_the_metric_and_uses_order_without_steps() -> None:
+    m = RunMetrics([0])
+    m.add([{"rank": 0, "step": None, "time": 0.0, "loss": 3.0}, {"rank": 0, "step": None, "time": 1.0},
+           {"rank": 0, "step": None, "time": 2.0, "loss": 1.0}])
+    assert m.series(0, "loss") == ([0.0, 2.0], [3.0, 1.0])
+
+
+def test_listeners_hear_every_batch_and_count_adds_up() -> None:
+    m = RunMetrics([0, 1])
+    heard = []
+    m.subscribe(lambda: heard.append(m.count))
+    m.add(steady(0, 3, 0.1))
+    m.add(steady(1, 2, 0.1))
+    assert heard == [3, 5] and len(m.records(0)) == 3
+
+
+def test_concurrent_adds_and_reads() -> None:
+    m = RunMetrics([0, 1])
+
+    def add(rank: int) -> None:
+        for i in range(500):
+            m.add([{"rank": rank, "step": i, "time": float(i), "step_time": 0.01}])
+
+    threads = [threading.Thread(target=add, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        m.summaries()
+    for t in threads:
+        t.join()
+    assert m.count == 1000 and [s.last_step for s in m.summaries()] == [499, 499]
+
+
+@pytest.fixture
+def fresh_comm() -> None:
+    commtime._intervals.clear()
+    yield
+    commtime._intervals.clear()
+
+
+@pytest.mark.usefixtures("fresh_comm")
+@pytest.mark.parametrize(
+    ("spans", "total"),
+    [
+        ([(0.0, 1.0)], 1.0),
+        ([(0.0, 1.0), (2.0, 3.5)], 2.5),  # disjoint: summed
+        ([(0.0, 2.0), (1.0, 3.0)], 3.0),  # overlapping: counted once
+        ([(0.0, 5.0), (1.0, 2.0), (3.0, 4.0)], 5.0),  # nested
+        ([(4.0, 6.0), (0.0, 1.0), (0.5, 2.0)], 4.0),  # out of order
+        ([(0.0, 1.0), (1.0, 2.0)], 2.0),  # touching
+    ],
+)
+def test_comm_time_is_the_union_of_all_reduce_intervals(spans: list, total: float) -> None:
+    for start, end in spans:
+        commtime._record(start, end)
+    assert commtime.comm_metrics(10.0) == {"comm_time": pytest.approx(total)}
+    # Each report counts only what happened since the previous one.
+    assert commtime.comm_metrics(11.0) == {}

@@ -1,0 +1,216 @@
+"""Browser tests: a real JupyterLab server, started per test, driven by Playwright's chromium.
+
+Every test here carries the ``ui`` marker and is skipped when /usr/bin/chromium is absent
+(Debian: ``apt-get install chromium``). Screenshots and the server's log go to
+test-artifacts/ui/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+HERE = Path(__file__).resolve().parent
+START_TIMEOUT = 90
+PANEL_TAB = '.jp-SideBar .lm-TabBar-tab[data-id="dist-notebook-panel"]'
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ui: browser test (real JupyterLab, chromium)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason=f"browser tests need chromium at {CHROMIUM} (apt-get install chromium)")
+    for item in items:
+        if HERE in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.ui)
+            if not CHROMIUM.exists():
+                item.add_marker(skip)
+
+
+@dataclass
+class Lab:
+    """A running `jupyter lab` on loopback with its own root dir, store and token."""
+
+    url: str
+    token: str
+    root: Path
+    store: Path
+    log: Path
+    process: subprocess.Popen
+
+    def lab_url(self, path: str = "lab") -> str:
+        return f"{self.url}{path}?token={self.token}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(url: str, process: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    # SIGTERM lets the server shut its kernels down; the group holds what it started.
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    root = tmp_path / "root"
+    root.mkdir()
+    store = tmp_path / "store" / "runs.sqlite"
+    token = secrets.token_hex(16)
+    env = dict(os.environ)
+    env.update(
+        DIST_NOTEBOOK_STORE=str(store),
+        # nothing from the user's own Jupyter setup: config, settings, workspaces, profiles
+        JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+        JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "lab-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "lab-workspaces"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        PYTHONUNBUFFERED="1",
+    )
+    # no news or update prompts over the page in screenshots
+    notification = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}'
+    )
+    log = ARTIFACTS / f"{request.node.name}-lab.log"
+    for _attempt in range(3):
+        port = _free_port()  # closed again before the server binds it: retry on a race
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "jupyterlab",
+                    "--no-browser",
+                    "--allow-root",
+                    "--ServerApp.ip=127.0.0.1",
+                    f"--ServerApp.port={port}",
+                    "--ServerApp.port_retries=0",
+                    f"--IdentityProvider.token={token}",
+                    f"--ServerApp.root_dir={root}",
+                    "--LabApp.expose_app_in_browser=True",
+                    "--LabApp.news_url=",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                ],
+                cwd=root,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        url = f"http://127.0.0.1:{port}/"
+        if _wait_ready(f"{url}api/status?token={token}", process, START_TIMEOUT):
+            break
+        _stop(process)
+        if not re.search(r"already in use|Address already", log.read_text(errors="replace")):
+            pytest.fail(f"jupyter lab did not start; see {log}")
+    else:
+        pytest.fail(f"no free port for jupyter lab after 3 tries; see {log}")
+    try:
+        yield Lab(url, token, root, store, log, process)
+    finally:
+        _stop(process)
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    # Function scope: Playwright's sync API keeps its own event loop running while it is
+    # open, and pytest-jupyter's autouse per-test loop fixture would take that loop over.
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-failed.png"))
+    context.close()
+    dn_errors = [e for e in errors if "dist-notebook" in e or "dn-" in e]
+    assert not dn_errors, f"errors in the page: {dn_errors}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+    return report
+
+
+def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def open_lab(page, lab: Lab) -> None:  # type: ignore[no-untyped-def]
+    page.goto(lab.lab_url())
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    page.wait_for_selector(PANEL_TAB)
+
+
+def open_panel(page):  # type: ignore[no-untyped-def]
+    panel = page.locator("#dist-notebook-panel")
+    if not panel.is_visible():
+        page.click(PANEL_TAB)
+    panel.wait_for(state="visible")
+    return panel

@@ -1,0 +1,106 @@
+"""Argument helpers of the magics: each mistake becomes a UsageError that names the fix."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from IPython.core.error import UsageError
+
+from dist_notebook.magics.args import (
+    MagicParser,
+    check_ranks,
+    int_list,
+    positive_float,
+    positive_int,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("0", [0]), ("0,2", [0, 2]), ("3,1,", [3, 1]), (" 1, 2", [1, 2])]
+)
+def test_int_list(text: str, expected: list[int]) -> None:
+    assert int_list(text) == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, unique=True))
+def test_int_list_reads_back_what_it_is_given(values: list[int]) -> None:
+    assert int_list(",".join(map(str, values))) == values
+
+
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        ("a,b", "write it like 0,1,2"),
+        ("", "the list is empty; write it like 0,1"),
+        (",", "the list is empty"),
+        ("0,-1", "negative number"),
+        ("1,1", "lists a number twice"),
+    ],
+)
+def test_int_list_errors(text: str, fix: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=fix):
+        int_list(text)
+
+
+def test_positive_int() -> None:
+    assert positive_int("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match="must be 1 or more"):
+        positive_int("0")
+    with pytest.raises(argparse.ArgumentTypeError, match="not a whole number"):
+        positive_int("2.5")
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "soon"])
+def test_positive_float_refuses(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="seconds"):
+        positive_float(text)
+
+
+def test_positive_float_accepts() -> None:
+    assert positive_float("0.5") == 0.5
+
+
+def test_check_ranks() -> None:
+    assert check_ranks(None, 2) is None
+    assert check_ranks([1, 0], 2) == [1, 0]
+    with pytest.raises(UsageError, match=r"unknown rank 2: this cluster has ranks 0\.\.1; fix --ranks"):
+        check_ranks([0, 2], 2)
+    with pytest.raises(UsageError, match=r"unknown rank -1: .*fix --rank\b"):
+        check_ranks([-1], 2, flag="--rank")
+
+
+def parser() -> MagicParser:
+    p = MagicParser("%demo")
+    p.add_argument("--ranks", type=int_list, help="ranks")
+    p.add_argument("-n", type=positive_int, help="count")
+    return p
+
+
+def test_parser_raises_usage_error_with_usage_line() -> None:
+    with pytest.raises(UsageError, match=r"(?s)unrecognized arguments: --nope.*usage: %demo"):
+        parser().parse_line("--nope")
+
+
+def test_parser_reports_bad_values_by_flag() -> None:
+    with pytest.raises(UsageError, match=r"argument --ranks: 'x' is not a list of numbers"):
+        parser().parse_line("--ranks x")
+    with pytest.raises(UsageError, match=r"argument -n: 0 must be 1 or more"):
+        parser().parse_line("-n 0")
+
+
+def test_parser_bad_quotes() -> None:
+    with pytest.raises(UsageError, match="check the quotes"):
+        parser().parse_line('--ranks "0')
+
+
+def test_parser_help_is_a_usage_error_holding_the_help() -> None:
+    with pytest.raises(UsageError, match=r"(?s)usage: %demo.*--ranks"):
+        parser().parse_line("--help")
+
+
+def test_parser_reads_quoted_words() -> None:
+    args = parser().parse_line("--ranks '0,1' -n 2")
+    assert args.ranks == [0, 1] and args.n == 2

@@ -1,0 +1,125 @@
+"""The run store: what the kernel writes reads back, also from another process mid-write."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dist_notebook.store import StoreError, StoreReader, StoreWriter
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> StoreWriter:
+    w = StoreWriter(tmp_path / "runs.sqlite")
+    yield w
+    w.close()
+
+
+def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
+    writer.add_cluster("c1", n=2, backend="gloo", kernel_pid=123, profile_dir="/p", ipp_cluster_id="x")
+    writer.set_ranks("c1", [{"rank": r, "host": "h", "pid": 100 + r, "device": "cpu", "engine_id": r} for r in (0, 1)])
+    writer.set_cluster_state("c1", "ready")
+    writer.set_rank_state("c1", 1, "busy")
+    reader = StoreReader(writer.path)
+    try:
+        cluster = reader.cluster("c1")
+        assert cluster is not None
+        assert (cluster["state"], cluster["backend"], cluster["n"], cluster["kernel_pid"]) == ("ready", "gloo", 2, 123)
+        assert [(r["rank"], r["pid"], r["state"]) for r in cluster["ranks"]] == [(0, 100, "idle"), (1, 101, "busy")]
+        assert reader.cluster("nope") is None
+        writer.set_cluster_state("c1", "stopped")
+        stopped = reader.clusters()[0]
+        assert stopped["state"] == "stopped" and stopped["stopped"] is not None
+    finally:
+        reader.close()
+
+
+def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
+    writer.add_run("r1", name="demo", cluster_id="c1", ranks=[0, 1], steps=3, code="x = 1")
+    writer.append_metrics("r1", [{"rank": r, "step": s, "time": 1.0 + s, "loss": 0.5 / (s + 1)} for s in range(3) for r in (0, 1)])
+    writer.set_run_rank("r1", 1, "failed", "boom")
+    writer.set_run_state("r1", "failed", "rank 1 raised")
+    reader = StoreReader(writer.path)
+    try:
+        run = reader.find_run("demo")
+        assert run is not None and run["id"] == "r1"
+        assert (run["state"], run["error"], run["code"]) == ("failed", "rank 1 raised", "x = 1")
+        assert [(r["rank"], r["state"], r["error"]) for r in run["ranks"]] == [(0, "pending", None), (1, "failed", "boom")]
+        records = reader.metrics("r1")
+        assert len(records) == 6
+        assert records[0]["loss"] == 0.5 and records[0]["rank"] == 0 and records[0]["step"] == 0
+        later = reader.metrics("r1", since=records[3]["seq"])
+        assert [r["seq"] for r in later] == [r["seq"] for r in records[4:]]
+    finally:
+        reader.close()
+
+
+def test_reader_without_a_store_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="start a cluster first, or set DIST_NOTEBOOK_STORE"):
+        StoreReader(tmp_path / "absent.sqlite")
+
+
+def test_file_that_is_not_a_store_names_the_fix(tmp_path: Path) -> None:
+    bad = tmp_path / "runs.sqlite"
+    bad.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StoreError, match="set DIST_NOTEBOOK_STORE to another file"):
+        StoreWriter(bad)
+
+
+def test_store_file_is_private(writer: StoreWriter) -> None:
+    assert writer.path.stat().st_mode & 0o077 == 0
+
+
+READER = textwrap.dedent(
+    """
+    import json, sys, time
+    from dist_notebook.store import StoreReader
+    reader = StoreReader(__import__("pathlib").Path(sys.argv[1]))
+    total = int(sys.argv[2])
+    print("ready", flush=True)
+    seen, deadline = [], time.monotonic() + 30
+    while time.monotonic() < deadline:
+        n = len(reader.metrics("r1"))
+        if not seen or n != seen[-1]:
+            seen.append(n)
+        if n >= total:
+            break
+        time.sleep(0.005)
+    print(json.dumps(seen), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_another_process_reads_while_the_kernel_writes(writer: StoreWriter) -> None:
+    writer.add_run("r1", name="live", cluster_id="c1", ranks=[0], steps=None, code="")
+    batches, per_batch = 40, 5
+    total = batches * per_batch
+    proc = subprocess.Popen(
+        [sys.executable, "-c", READER, str(writer.path), str(total)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        for b in range(batches):
+            writer.append_metrics("r1", [{"rank": 0, "step": b * per_batch + i, "time": time.time()} for i in range(per_batch)])
+            time.sleep(0.01)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    seen = json.loads(out)
+    assert seen[-1] == total
+    # The reader saw the store grow batch by batch, never a torn batch.
+    assert len(seen) > 2
+    assert all(n % per_batch == 0 for n in seen)
+    assert seen == sorted(seen)
