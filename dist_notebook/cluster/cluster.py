@@ -41,6 +41,7 @@ class ClusterState(str, Enum):
     READY = "ready"
     RESTARTING = "restarting"
     FAILED = "failed"
+    DEGRADED = "degraded"  # a rank died; restart to replace it
     STOPPING = "stopping"
     STOPPED = "stopped"
 
@@ -116,6 +117,45 @@ class DistCluster:
                 return r.rank
         return -1
 
+    def dead_ranks(self) -> dict[int, str]:
+        """Ranks whose local engine process has exited: {rank: how it ended}.
+
+        The launcher notices an exit at once (its wait thread); engines of remote
+        launchers are declared dead by ipyparallel's heartbeat instead.
+        """
+        if self._ipp is None:
+            return {}
+        engine_set = self._ipp.engines.get(self._engine_set or "")
+        if engine_set is None:
+            return {}
+        offset = int(engine_set.environment.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
+        dead = {}
+        # The engine set moves a launcher's exit record here as soon as it exits.
+        for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
+            code = data.get("exit_code")
+            if isinstance(code, int) and code < 0:
+                how = f"signal {signal.Signals(-code).name}"
+            else:
+                how = f"exit code {code}"
+            dead[int(identifier) + offset] = how
+        return dead
+
+    def mark_dead(self, ranks: dict[int, str]) -> None:
+        """Record dead ranks: the cluster needs a restart before the next cell."""
+        for info in self.ranks:
+            if info.rank in ranks:
+                info.state = "dead"
+                writer = self.writer()
+                if writer:
+                    try:
+                        writer.set_rank_state(self.id, info.rank, "dead")
+                        writer.add_event("rank-died", ranks[info.rank], cluster_id=self.id, rank=info.rank)
+                    except StoreError as e:
+                        log.warning("%s", e)
+        if ranks and self.state == ClusterState.READY:
+            self.state = ClusterState.DEGRADED
+            self._store_state("degraded")
+
     def require_ready(self) -> ipp.Client:
         if self.state != ClusterState.READY or self.client is None:
             raise ClusterError(
@@ -157,6 +197,8 @@ class DistCluster:
         """Replace every engine (new processes, same ranks) and re-create the group."""
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
+        for info in self.ranks:
+            info.state = "idle"
         t0 = time.perf_counter()
         self.state = ClusterState.RESTARTING
         self._store_state("restarting")
@@ -223,7 +265,7 @@ class DistCluster:
             controller_launcher_class=OurControllerLauncher,
             engine_launcher_class=engines,
             controller_args=[f"--HeartMonitor.period={spec.heartbeat_ms}"],
-            log_level=logging.WARNING,
+            log_level=logging.ERROR,
         )
 
     def _engine_env(self, rank_offset: int = 0) -> dict[str, str]:

@@ -14,6 +14,8 @@ from typing import Any
 
 from ipyparallel.error import RemoteError
 
+from .recovery import Release, regroup
+
 # sink(rank, kind, payload): kind is "stdout", "stderr" (payload: text) or "display"
 # (payload: a display_data content dict with "data" and "metadata").
 OutputSink = Callable[[int, str, Any], None]
@@ -44,7 +46,10 @@ class RankError(Exception):
         self.rank = first.rank
         self.ename = first.error.ename
         self.evalue = first.error.evalue
-        super().__init__(f"rank {first.rank} raised {self.ename}: {self.evalue}")
+        if self.ename == "RankDied":
+            super().__init__(self.evalue)
+        else:
+            super().__init__(f"rank {first.rank} raised {self.ename}: {self.evalue}")
 
     def _render_traceback_(self) -> list[str]:
         first = self.failures[0]
@@ -129,23 +134,78 @@ def follow(
     """Wait for *ar*, forwarding output as it comes; Ctrl-C interrupts the ranks."""
     streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
     deadline = None if timeout is None else time.monotonic() + timeout
+    release = Release(cluster, ar, targets)
+    died_at: float | None = None
     try:
         while not ar.wait(_POLL):
             _forward(ar, streams)
+            release.check()
+            dead = release.dead()
+            if dead:
+                died_at = died_at or time.monotonic()
+                # Survivors see "connection reset" (~1 s on gloo); free them if they do not.
+                if time.monotonic() - died_at > 2:
+                    release.release()
+                if release.survivors_done(dead) or time.monotonic() - died_at > 10:
+                    _forward(ar, streams)
+                    cluster.mark_dead(dead)
+                    raise _died(cluster, ar, streams, dead)
             if deadline is not None and time.monotonic() > deadline:
-                cluster.interrupt(ranks)
-                ar.wait(5)
-                _forward(ar, streams)
+                _interrupt(cluster, ar, ranks, release, streams)
                 raise TimeoutError(f"the cell ran longer than {timeout} s; interrupted every rank")
     except KeyboardInterrupt:
-        cluster.interrupt(ranks)
-        # Give the ranks a moment to raise their own KeyboardInterrupt and go idle.
-        ar.wait(5)
-        _forward(ar, streams)
+        _interrupt(cluster, ar, ranks, release, streams)
+        if release.released:
+            regroup(cluster)
         raise
     ar.wait_for_output(2)
     _forward(ar, streams)
-    return _collect(ar, streams)
+    dead = release.dead() or _lost(ar, streams)
+    if dead:
+        cluster.mark_dead(dead)
+        raise _died(cluster, ar, streams, dead)
+    try:
+        return _collect(ar, streams)
+    except RankError:
+        if cluster.client is not None:
+            regroup(cluster)
+        raise
+
+
+def _interrupt(cluster: Any, ar: Any, ranks: list[int] | None, release: Release,
+               streams: list[_Stream]) -> None:
+    """SIGINT every rank; free those still blocked in a collective with an idle one."""
+    cluster.interrupt(ranks)
+    if not ar.wait(1):
+        release.release()
+    ar.wait(5)
+    _forward(ar, streams)
+
+
+def _died(cluster: Any, ar: Any, streams: list[_Stream], dead: dict[int, str]) -> RankError:
+    """The error of a call during which ranks died: the dead ranks first, then the rest."""
+    info = {r.rank: r for r in cluster.ranks}
+    failures = []
+    for rank, how in sorted(dead.items()):
+        r = info.get(rank)
+        where = f"pid {r.pid}, host {r.host}" if r else "unknown process"
+        message = f"rank {rank} ({where}) died: {how}; run %dist_cluster restart to replace it"
+        failures.append(RankOutput(rank=rank, error=RemoteError("RankDied", message, "")))
+    for md, stream in zip(ar._metadata, streams, strict=True):
+        if stream.rank not in dead and md.get("error") is not None:
+            failures.append(RankOutput(rank=stream.rank, error=md["error"]))
+    return RankError(failures, [s.rank for s in streams])
+
+
+def _lost(ar: Any, streams: list[_Stream]) -> dict[int, str]:
+    """Ranks ipyparallel declared dead (engines of remote launchers, missed heartbeats)."""
+    from ipyparallel.error import EngineError
+
+    lost = {}
+    for child, stream in zip(ar._children, streams, strict=True):
+        if child.done() and isinstance(child.exception(), EngineError):
+            lost[stream.rank] = "its engine stopped responding"
+    return lost
 
 
 def _forward(ar: Any, streams: list[_Stream]) -> None:

@@ -9,6 +9,7 @@ come from the launcher's own variables (see ``dist_notebook.engine.rankenv``).
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ipyparallel.cluster.launcher import (
@@ -17,6 +18,8 @@ from ipyparallel.cluster.launcher import (
     LocalEngineSetLauncher,
 )
 from traitlets import List
+
+from ..engine.parent import ENV_VAR as PARENT_ENV
 
 ENGINE_CMD = [sys.executable, "-m", "dist_notebook.engine.boot"]
 CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.cluster.controller_boot"]
@@ -51,4 +54,13 @@ class RankEngineSetLauncher(LocalEngineSetLauncher):
 
 
 class OurControllerLauncher(LocalControllerLauncher):
+    """The local controller, told which process is its parent so it can watch it."""
+
     controller_cmd = List(list(CONTROLLER_CMD), config=True)
+
+    def get_env(self) -> dict:
+        env = super().get_env()
+        # The launcher runs in the kernel, which is the controller's parent: without
+        # this the controller would outlive a killed kernel.
+        env[PARENT_ENV] = str(os.getpid())
+        return env

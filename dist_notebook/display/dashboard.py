@@ -42,6 +42,9 @@ class Dashboard:
         self.renders = 0
         self._last = 0.0
         self._lock = threading.Lock()
+        # Renders come from the collector's thread, the throttle's timer and the run's
+        # thread; one matplotlib figure must never be drawn by two of them at once.
+        self._draw_lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._figure = RunFigure()
         self.header = widgets.HTML()
@@ -102,13 +105,14 @@ class Dashboard:
         self.render()
 
     def render(self) -> None:
-        summaries = self.metrics.summaries()
-        png = self._figure.draw(self.metrics, summaries)
-        with self.widget.hold_sync():
-            self.image.value = png
-            self.header.value = self._header_html(summaries)
-            self.table.value = self._table_html(summaries)
-        self.renders += 1
+        with self._draw_lock:
+            summaries = self.metrics.summaries()
+            png = self._figure.draw(self.metrics, summaries)
+            with self.widget.hold_sync():
+                self.image.value = png
+                self.header.value = self._header_html(summaries)
+                self.table.value = self._table_html(summaries)
+            self.renders += 1
 
     # --- content ----------------------------------------------------------------
     def rank_state(self, s: RankSummary) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import threading
 import time
 from typing import Any
@@ -30,6 +31,33 @@ def _train_parser() -> MagicParser:
     return p
 
 
+def split_flags(parser: MagicParser, line: str) -> tuple[str, str]:
+    """Split a line into its leading flags and the rest, the rest exactly as typed.
+
+    ``--name a train(tag="x y")`` gives ``("--name a ", 'train(tag="x y")')``: the
+    expression keeps its quotes and spaces, which shell-style splitting would remove.
+    """
+    lexer = shlex.shlex(line, posix=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    wants_value = False
+    while True:
+        start = lexer.instream.tell()
+        try:
+            token = lexer.get_token()
+        except ValueError:  # unbalanced quotes: parse_line reports them
+            return line, ""
+        if token is None:
+            return line, ""
+        if wants_value:
+            wants_value = False
+        elif token.startswith("-"):
+            action = parser._option_string_actions.get(token)
+            wants_value = action is not None and action.nargs != 0
+        else:
+            return line[:start], line[start:].strip()
+
+
 @magics_class
 class TrainMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
@@ -43,16 +71,15 @@ class TrainMagics(Magics):
     @line_cell_magic
     def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
         """Run a training cell (or, as a line magic, an expression) on every rank."""
-        args = self.parser.parse_line(line)
+        flags, expression = split_flags(self.parser, line)
+        args = self.parser.parse_line(flags)
         if cell is None:
-            if not args.expression:
+            if not expression:
                 raise UsageError("%dist_train: give a call to run, e.g. %dist_train train(epochs=3)")
-            code = " ".join(args.expression)
+            code = expression
         else:
-            if args.expression:
-                raise UsageError(
-                    f"%%dist_train: unexpected {' '.join(args.expression)!r}; flags start with --"
-                )
+            if expression:
+                raise UsageError(f"%%dist_train: unexpected {expression!r}; flags start with --")
             code = cell
         if not code.strip():
             raise UsageError("%%dist_train: the cell is empty; write the training loop in it")

@@ -127,8 +127,9 @@ class TrainingRun:
             state, ranks = RunState.CANCELLED, {r: "cancelled" for r in self.ranks}
         elif error is not None:
             state = RunState.FAILED
-            failed = {f.rank for f in error.failures}
-            ranks = {r: ("failed" if r in failed else "done") for r in self.ranks}
+            failed = {f.rank: ("dead" if f.error and f.error.ename == "RankDied" else "failed")
+                      for f in error.failures}
+            ranks = {r: failed.get(r, "done") for r in self.ranks}
         else:
             state, ranks = RunState.SUCCEEDED, {r: "done" for r in self.ranks}
         message = None if error is None or cancelled else str(error)
