@@ -15,6 +15,8 @@ import asyncio
 import logging
 import os
 import signal
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -90,6 +92,12 @@ class DistCluster:
         self._generation = 0
         self._store = store
         self._engine_set: str | None = None
+        # Every engine set started (the first, then replacements of dead ranks), and the
+        # exit records of engines already replaced.
+        self._engine_sets: list[str] = []
+        self._buried: set[tuple[str, str]] = set()
+        # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
+        self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
 
     # --- properties ------------------------------------------------------------
     @property
@@ -125,19 +133,22 @@ class DistCluster:
         """
         if self._ipp is None:
             return {}
-        engine_set = self._ipp.engines.get(self._engine_set or "")
-        if engine_set is None:
-            return {}
-        offset = int(engine_set.environment.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
         dead = {}
-        # The engine set moves a launcher's exit record here as soon as it exits.
-        for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
-            code = data.get("exit_code")
-            if isinstance(code, int) and code < 0:
-                how = f"signal {signal.Signals(-code).name}"
-            else:
-                how = f"exit code {code}"
-            dead[int(identifier) + offset] = how
+        for set_id in self._engine_sets:
+            engine_set = self._ipp.engines.get(set_id)
+            if engine_set is None:
+                continue
+            offset = int(engine_set.environment.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
+            # The engine set moves a launcher's exit record here as soon as it exits.
+            for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
+                if (set_id, identifier) in self._buried:
+                    continue
+                code = data.get("exit_code")
+                if isinstance(code, int) and code < 0:
+                    how = f"signal {signal.Signals(-code).name}"
+                else:
+                    how = f"exit code {code}"
+                dead[int(identifier) + offset] = how
         return dead
 
     def mark_dead(self, ranks: dict[int, str]) -> None:
@@ -178,8 +189,8 @@ class DistCluster:
             self._record_cluster()
             await self._start_engines()
             self.client = await self._ipp.connect_client()
-            await self._wait_for_engines(set())
-            await self._setup_ranks()
+            await self._wait_for_engines(set(), self.n)
+            await self._setup_ranks(sorted(self.client.ids))
         except BaseException:
             self.state = ClusterState.FAILED
             await self._teardown()
@@ -193,22 +204,26 @@ class DistCluster:
     def start_sync(self) -> DistCluster:
         return run_sync(self.start())
 
-    async def restart(self) -> DistCluster:
-        """Replace every engine (new processes, same ranks) and re-create the group."""
+    async def restart(self, everything: bool = False) -> DistCluster:
+        """Replace dead ranks' engines (or, with none dead or *everything*, every engine)
+        and re-create the group. Survivors of a partial restart keep their state."""
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
-        for info in self.ranks:
-            info.state = "idle"
         t0 = time.perf_counter()
+        dead = {} if everything else self.dead_ranks()
         self.state = ClusterState.RESTARTING
         self._store_state("restarting")
         old = set(self.client.ids)
         try:
-            self.progress("stopping engines")
-            await self._ipp.stop_engines()
-            await self._start_engines()
-            await self._wait_for_engines(old)
-            await self._setup_ranks()
+            if dead:
+                await self._replace(dead, old)
+            else:
+                self.progress("stopping engines")
+                await self._ipp.stop_engines()
+                self._engine_sets.clear()
+                await self._start_engines()
+                await self._wait_for_engines(old, self.n)
+                await self._setup_ranks(sorted(set(self.client.ids) - old))
         except BaseException:
             self.state = ClusterState.FAILED
             self._store_state("failed")
@@ -218,8 +233,8 @@ class DistCluster:
         self._store_state("ready")
         return self
 
-    def restart_sync(self) -> DistCluster:
-        return run_sync(self.restart())
+    def restart_sync(self, everything: bool = False) -> DistCluster:
+        return run_sync(self.restart(everything))
 
     async def stop(self) -> None:
         """Stop engines and controller; calling it again does nothing."""
@@ -229,6 +244,7 @@ class DistCluster:
         await self._teardown()
         self.state = ClusterState.STOPPED
         self._store_state("stopped")
+        shutil.rmtree(self.stack_dir, ignore_errors=True)
         registry.discard(self)
 
     def stop_sync(self) -> None:
@@ -281,6 +297,7 @@ class DistCluster:
             "DIST_NOTEBOOK_RANK_OFFSET": str(rank_offset),
             "DIST_NOTEBOOK_CLUSTER": self.id,
             "PYTHONUNBUFFERED": "1",
+            "DIST_NOTEBOOK_STACK_DIR": self.stack_dir,
         }
         if spec.gpus:
             env["DIST_NOTEBOOK_DEVICES"] = ",".join(str(g) for g in spec.gpus)
@@ -291,18 +308,33 @@ class DistCluster:
         env.update(spec.extra_engine_env)
         return env
 
-    async def _start_engines(self) -> None:
+    async def _replace(self, dead: dict[int, str], old: set[int]) -> None:
+        """Start one engine per dead rank, with that rank, beside the survivors."""
+        survivors = [r.engine_id for r in self.ranks if r.rank not in dead]
+        for rank in sorted(dead):
+            self.progress(f"replacing rank {rank} ({dead[rank]})")
+            await self._start_engines(1, rank)
+        for set_id in self._engine_sets:
+            engine_set = self._ipp.engines.get(set_id) if self._ipp else None
+            for identifier in getattr(engine_set, "stop_data", {}).get("engines", {}):
+                self._buried.add((set_id, identifier))
+        await self._wait_for_engines(old, len(dead))
+        await self._setup_ranks(survivors + sorted(set(self.client.ids) - old))  # type: ignore[union-attr]
+
+    async def _start_engines(self, count: int | None = None, rank_offset: int = 0) -> None:
         assert self._ipp is not None
-        self.progress(f"starting {self.n} engines")
+        count = self.n if count is None else count
+        self.progress(f"starting {count} engine{'s' if count > 1 else ''}")
         self._engine_set = await self._ipp.start_engines(
-            self.n,
-            environment=self._engine_env(),
+            count,
+            environment=self._engine_env(rank_offset),
             # Engines leave by themselves ~10 heartbeats after the controller is gone.
             # (ipp.Cluster has no engine_args trait: it must go to the engine launcher.)
             engine_args=["--IPEngine.max_heartbeat_misses=10"],
         )
+        self._engine_sets.append(self._engine_set)
 
-    async def _wait_for_engines(self, old: set[int]) -> None:
+    async def _wait_for_engines(self, old: set[int], count: int) -> None:
         assert self.client is not None
         deadline = time.monotonic() + self.spec.start_timeout
         seen = -1
@@ -310,31 +342,33 @@ class DistCluster:
             new = [i for i in self.client.ids if i not in old]
             if len(new) != seen:
                 seen = len(new)
-                self.progress(f"engines registered: {seen}/{self.n}")
-            if seen >= self.n:
+                self.progress(f"engines registered: {seen}/{count}")
+            if seen >= count:
                 return
             self._check_engines_alive()
             if time.monotonic() > deadline:
                 raise ClusterError(
-                    f"only {seen} of {self.n} engines registered within "
+                    f"only {seen} of {count} engines registered within "
                     f"{self.spec.start_timeout:.0f} s; see the engine logs in {self.profile_dir}/log"
                 )
             await asyncio.sleep(0.05)
 
     def _check_engines_alive(self) -> None:
-        """Fail fast, with the engine's own log, when an engine process exits at boot."""
+        """Fail fast, with the engine's own output, when an engine exits while starting."""
         assert self._ipp is not None
         engine_set = self._ipp.engines.get(self._engine_set or "")
-        for launcher in getattr(engine_set, "launchers", {}).values():
-            if launcher.state == "after":
-                tail = _log_tail(getattr(launcher, "output_file", ""))
-                raise ClusterError(f"an engine exited while starting:\n{tail}")
+        exited = getattr(engine_set, "stop_data", {}).get("engines", {})
+        for identifier, data in exited.items():
+            output = getattr(engine_set, "outputs", {}).get(identifier) or ""
+            tail = "\n".join(output.splitlines()[-20:]) or "(no output)"
+            raise ClusterError(
+                f"engine {identifier} exited while starting ({data.get('exit_code')}):\n{tail}"
+            )
 
-    async def _setup_ranks(self) -> None:
-        """Learn which engine holds which rank, then create the process group."""
+    async def _setup_ranks(self, ids: list[int]) -> None:
+        """Learn which engine (of *ids*) holds which rank, then create the process group."""
         client = self.client
         assert client is not None
-        ids = sorted(client.ids)[-self.n :]
         infos = await asyncio.wrap_future(client[ids].apply_async(group.rank_info))
         ranks = []
         for position, (eid, info) in enumerate(zip(ids, infos, strict=True)):
@@ -434,11 +468,3 @@ class DistCluster:
 def _first_error(e: ipp.error.CompositeError) -> str:
     first = e.elist[0]
     return f"{first[0]}: {first[1]}"
-
-
-def _log_tail(path: str, lines: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no engine log)"

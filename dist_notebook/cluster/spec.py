@@ -30,6 +30,7 @@ class ClusterSpec:
     launcher: str = "local"
     heartbeat_ms: int = 500
     start_timeout: float = 120.0
+    auto_restart: bool = False
     extra_engine_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

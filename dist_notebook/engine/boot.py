@@ -21,9 +21,11 @@ def _preimport() -> None:
 def main() -> None:
     from .parent import watch_parent
     from .rankenv import apply_rank_environment
+    from .stacks import register
 
     apply_rank_environment(os.environ)
     watch_parent()
+    register()
     threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()
     from ipyparallel.engine.app import main as ipengine_main
 

@@ -105,9 +105,10 @@ def _publish_names(rank: int, world: int, device: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    from .reporter import report
-
     from IPython import get_ipython
+
+    from .checkpoint import checkpointer
+    from .reporter import report
 
     shell = get_ipython()
     if shell is None:
@@ -120,4 +121,5 @@ def _publish_names(rank: int, world: int, device: Any) -> None:
         local_rank=int(os.environ.get("LOCAL_RANK", rank)),
         device=device,
         report=report,
+        checkpointer=checkpointer,
     )

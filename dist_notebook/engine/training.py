@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from . import commtime, reporter
+from typing import Any
+
+from . import checkpoint, commtime, reporter
 
 
-def begin_run(endpoint: str, key: bytes, run_id: str) -> None:
+def begin_run(endpoint: str, key: bytes, run_id: str, checkpoints: dict[str, Any] | None = None) -> None:
     reporter.open_channel(endpoint, key, run_id)
     commtime.install()
+    checkpoint.configure(**(checkpoints or {"every": None, "directory": None, "resume": False}))
 
 
 def end_run() -> int:

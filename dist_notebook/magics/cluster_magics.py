@@ -14,7 +14,7 @@ from .args import MagicParser, int_list, positive_float, positive_int
 from .output import Progress, Table
 from .session import Session
 
-ACTIONS = ("start", "status", "stop", "restart")
+ACTIONS = ("start", "status", "stop", "restart", "stacks")
 
 
 def _parser() -> MagicParser:
@@ -28,6 +28,10 @@ def _parser() -> MagicParser:
     p.add_argument("--timeout", type=positive_float, default=30.0, help="collective timeout, seconds")
     p.add_argument("--threads", type=positive_int, help="threads per rank (default: cores / ranks)")
     p.add_argument("--ip", default="127.0.0.1", help="interface to listen on (default loopback)")
+    p.add_argument("--auto-restart", action="store_true",
+                   help="replace a rank's engine by itself when it dies")
+    p.add_argument("--all", action="store_true",
+                   help="with restart: replace every engine, not only dead ones")
     p.add_argument(
         "--launcher", default="local", choices=("local", "mpi", "ssh", "slurm"), help="ipyparallel launcher"
     )
@@ -66,6 +70,7 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
             threads=args.threads,
             ip=args.ip,
             launcher=args.launcher,
+            auto_restart=args.auto_restart,
         )
     except ClusterConfigError as e:
         raise UsageError(str(e)) from None
@@ -123,10 +128,22 @@ class ClusterMagics(Magics):
         cluster.stop_sync()
         print(f"cluster {cluster.id} stopped")
 
+    def _stacks(self, args: Any) -> None:
+        """The hang report: every rank's Python stack now (nothing is interrupted)."""
+        from ..cluster.stacks import collect_stacks
+
+        cluster = self.session.cluster
+        if cluster is None or not cluster.ranks:
+            raise UsageError("no cluster is running: start one with %dist_cluster start")
+        if cluster.spec.launcher != "local":
+            raise UsageError("stacks needs local engines: their stack files are on other hosts")
+        for rank, text in collect_stacks(cluster).items():
+            print(f"--- rank {rank} ---\n{text.rstrip()}\n")
+
     def _restart(self, args: Any) -> None:
         cluster = self.session.cluster
         if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
             raise UsageError("no cluster to restart: start one with %dist_cluster start")
         cluster.progress = Progress()
-        cluster.restart_sync()
+        cluster.restart_sync(everything=args.all)
         display(ranks_table(cluster))

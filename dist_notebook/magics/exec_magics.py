@@ -52,6 +52,7 @@ class ExecMagics(Magics):
         try:
             outputs = run_on_ranks(cluster, cell, ranks, sink=sink, timeout=args.timeout)
         except RankError:
+            self.session.after_failure()
             raise
         except ClusterError as e:
             raise UsageError(str(e)) from None

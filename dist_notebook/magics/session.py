@@ -24,6 +24,16 @@ class Session:
             cls._by_shell[key] = cls()
         return cls._by_shell[key]
 
+    def after_failure(self) -> None:
+        """With --auto-restart, replace the engines of ranks that died during a cell."""
+        cluster = self.cluster
+        if cluster is None or not cluster.spec.auto_restart:
+            return
+        dead = cluster.dead_ranks()
+        if dead:
+            print(f"auto-restart: replacing rank(s) {', '.join(map(str, sorted(dead)))}")
+            cluster.restart_sync()
+
     def ready_cluster(self) -> DistCluster:
         cluster = self.cluster
         if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):

@@ -28,6 +28,10 @@ def _train_parser() -> MagicParser:
     p.add_argument("--background", action="store_true",
                    help="return at once; the run goes on and the dashboard follows it")
     p.add_argument("--timeout", type=positive_float, help="stop the run after this many seconds")
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="N",
+                   help="save a checkpoint every N steps (use checkpointer() in the cell)")
+    p.add_argument("--checkpoint-dir", metavar="DIR", help="where (default: checkpoints/NAME)")
+    p.add_argument("--resume", action="store_true", help="start from the latest checkpoint")
     return p
 
 
@@ -85,8 +89,15 @@ class TrainMagics(Magics):
             raise UsageError("%%dist_train: the cell is empty; write the training loop in it")
         cluster = self.session.ready_cluster()
         ranks = check_ranks(args.ranks, cluster.n)
+        if (args.resume or args.checkpoint_every) and not (args.name or args.checkpoint_dir):
+            raise UsageError(
+                "%%dist_train: checkpoints need a stable place: give --name NAME "
+                "(or --checkpoint-dir DIR) so a later --resume finds them"
+            )
         spec = RunSpec(code=code, name=args.name or "", steps=args.steps,
-                       ranks=tuple(ranks) if ranks else None, timeout=args.timeout)
+                       ranks=tuple(ranks) if ranks else None, timeout=args.timeout,
+                       checkpoint_every=args.checkpoint_every, checkpoint_dir=args.checkpoint_dir,
+                       resume=args.resume)
         run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
         if not args.no_dashboard:
@@ -105,12 +116,17 @@ class TrainMagics(Magics):
 
     def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
         result = run.run(sink=LabelledPrinter())
-        self.last_result = result
-        if dashboard is not None:
-            dashboard.finish()
+        try:
+            if dashboard is not None:
+                dashboard.finish()
+        finally:
+            # Set last: whoever waits on last_result (a background run) sees the final picture.
+            self.last_result = result
         took = result.ended - result.started
         print(f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
               f"{result.records} records")
+        if result.state == RunState.FAILED:
+            self.session.after_failure()
         if result.state == RunState.FAILED and result.error is not None and raise_errors:
             raise result.error
         return result

@@ -41,6 +41,9 @@ class RunSpec:
     steps: int | None = None
     ranks: tuple[int, ...] | None = None
     timeout: float | None = None
+    checkpoint_every: int | None = None
+    checkpoint_dir: str | None = None
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
@@ -95,7 +98,7 @@ class TrainingRun:
         interrupted = False
         try:
             apply_on_ranks(self.cluster, engine_training.begin_run, collector.endpoint, key, self.id,
-                           ranks=self.ranks)
+                           self._checkpoints(), ranks=self.ranks)
             self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
             try:
                 outputs = run_on_ranks(self.cluster, self.spec.code, self.ranks, sink=sink,
@@ -107,6 +110,17 @@ class TrainingRun:
         finally:
             self._finish_channel(collector)
         return self._conclude(outputs, error, interrupted, collector)
+
+    def _checkpoints(self) -> dict[str, Any]:
+        spec = self.spec
+        directory = spec.checkpoint_dir
+        if directory is None and (spec.checkpoint_every or spec.resume):
+            directory = os.path.join("checkpoints", self.name)
+        return {
+            "every": spec.checkpoint_every,
+            "directory": os.path.abspath(directory) if directory else None,
+            "resume": spec.resume,
+        }
 
     def _finish_channel(self, collector: Collector) -> None:
         try:

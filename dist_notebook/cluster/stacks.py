@@ -1,0 +1,57 @@
+"""The hang report: every rank's current Python stack, killing nothing.
+
+Each engine arms faulthandler on SIGUSR1 at boot (``dist_notebook.engine.stacks``);
+this module sends the signal to the rank's own pid (known from the cluster, never
+found by scanning processes) and reads what the rank appended to its stack file. A
+stopped process cannot run a signal handler: it is reported as stopped instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import psutil
+
+from ..engine.stacks import stack_file
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
+    """{rank: stack text (or why there is none)} for every rank of a local cluster."""
+    directory = cluster.stack_dir
+    report: dict[int, str] = {}
+    pending: dict[int, tuple[str, int]] = {}
+    for info in cluster.ranks:
+        path = stack_file(directory, str(info.rank))
+        try:
+            status = psutil.Process(info.pid).status()
+        except psutil.NoSuchProcess:
+            report[info.rank] = f"process {info.pid} is gone"
+            continue
+        if status == psutil.STATUS_STOPPED:
+            report[info.rank] = f"process {info.pid} is stopped (SIGSTOP): it cannot run any code"
+            continue
+        pending[info.rank] = (path, _size(path))
+        os.kill(info.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + wait
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        for rank, (path, start) in list(pending.items()):
+            if _size(path) > start:
+                time.sleep(0.05)  # let the handler finish writing
+                with open(path) as f:
+                    f.seek(start)
+                    report[rank] = f.read()
+                del pending[rank]
+    for rank in pending:
+        report[rank] = "no answer to SIGUSR1 within the wait"
+    return dict(sorted(report.items()))
