@@ -88,6 +88,20 @@ class _Stream:
         self.displays = len(outputs)
 
 
+def view_of(client: Any, targets: list[int]) -> Any:
+    """The DirectView of *client* on *targets* (engine ids), made once and reused.
+
+    Building a view costs ~0.15 ms (traitlets), more than the rest of the magic's own
+    work on an empty cell. The views live on the client, so they go with it.
+    """
+    views: dict[tuple[int, ...], Any] = client.__dict__.setdefault("_dist_notebook_views", {})
+    key = tuple(targets)
+    view = views.get(key)
+    if view is None:
+        view = views[key] = client[list(targets)]
+    return view
+
+
 def run_on_ranks(
     cluster: Any,
     code: str,
@@ -103,7 +117,7 @@ def run_on_ranks(
     """
     client = cluster.require_ready()
     targets = cluster.engine_ids(ranks)
-    ar = client[targets].execute(code, silent=False, block=False)
+    ar = view_of(client, targets).execute(code, silent=False, block=False)
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
 
 
@@ -118,7 +132,7 @@ def apply_on_ranks(
     """Call ``fn(*args)`` on *ranks*; each RankOutput's ``value`` is that rank's return."""
     client = cluster.require_ready()
     targets = cluster.engine_ids(ranks)
-    ar = client[targets].apply_async(fn, *args)
+    ar = view_of(client, targets).apply_async(fn, *args)
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
 
 
@@ -152,6 +166,8 @@ def follow(
                     raise _died(cluster, ar, streams, dead)
             if deadline is not None and time.monotonic() > deadline:
                 _interrupt(cluster, ar, ranks, release, streams)
+                if release.released:  # the group was torn down to free a blocked rank
+                    regroup(cluster)
                 raise TimeoutError(f"the cell ran longer than {timeout} s; interrupted every rank")
     except KeyboardInterrupt:
         _interrupt(cluster, ar, ranks, release, streams)

@@ -42,7 +42,9 @@ def test_failing_cell_shows_the_rank_in_the_notebook(
     assert traceback and all(line.startswith("[rank 1] ") for line in traceback)
 
 
-def test_every_failing_rank_is_named(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_failing_rank_is_named(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
     result = shell.run_cell("%%dist\nraise KeyError(rank)\n")
     out = capsys.readouterr().out

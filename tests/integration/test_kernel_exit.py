@@ -46,7 +46,8 @@ def start_kernel(mode: str) -> tuple[subprocess.Popen[str], list[int]]:
     line = proc.stdout.readline()
     if not line:
         proc.wait(10)
-        pytest.fail(f"the kernel process failed to start a cluster:\n{proc.stderr.read() if proc.stderr else ''}")
+        err = proc.stderr.read() if proc.stderr else ""
+        pytest.fail(f"the kernel process failed to start a cluster:\n{err}")
     pids = json.loads(line)
     return proc, pids["engines"] + pids["controller"]
 

@@ -41,7 +41,8 @@ def test_rank_environment(shell: Any, cluster2: Any) -> None:
 def test_names_every_cell_gets(shell: Any, cluster2: Any) -> None:
     got = shell.run_line_magic(
         "dist_pull",
-        "(rank, world_size, local_rank, str(device), dist.get_rank(), dist.get_backend(), torch.get_num_threads()) --all",
+        "(rank, world_size, local_rank, str(device), dist.get_rank(), dist.get_backend(),"
+        " torch.get_num_threads()) --all",
     )
     threads = max(1, (os.cpu_count() or 1) // 2)
     assert got == {r: (r, 2, r, "cpu", r, "gloo", threads) for r in (0, 1)}
@@ -53,7 +54,9 @@ def test_rank_info_matches_the_engines(cluster2: Any) -> None:
     assert pids == {r.rank: r.pid for r in cluster2.ranks}
 
 
-def test_cell_on_a_subset_of_ranks(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cell_on_a_subset_of_ranks(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     shell.run_cell_magic("dist", "", "only_here = None")
     capsys.readouterr()
     shell.run_cell_magic("dist", "--ranks 1", "only_here = rank\nprint('ran on', rank)")

@@ -40,7 +40,7 @@ if __name__ == "__main__":
     main()
 '''
 
-FAILS_ON_1 = '''
+FAILS_ON_1 = """
 import os
 import sys
 
@@ -48,12 +48,14 @@ if __name__ == "__main__":
     print("checking", os.environ["RANK"])
     if os.environ["RANK"] == "1":
         sys.exit(3)
-'''
+"""
 
 
 def group_still_works(shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
-    shell.run_cell_magic("dist", "", "t = torch.tensor([rank + 1.0])\ndist.all_reduce(t)\nprint(t.item())")
+    shell.run_cell_magic(
+        "dist", "", "t = torch.tensor([rank + 1.0])\ndist.all_reduce(t)\nprint(t.item())"
+    )
     out = capsys.readouterr().out
     assert "[rank 0] 3.0" in out and "[rank 1] 3.0" in out
 
@@ -83,14 +85,18 @@ def test_script_failing_on_one_rank(
 ) -> None:
     script = tmp_path / "check.py"
     script.write_text(FAILS_ON_1)
-    with pytest.raises(UsageError, match=r"check.py failed on rank 1 \(exit 3\); see its output above"):
+    with pytest.raises(
+        UsageError, match=r"check.py failed on rank 1 \(exit 3\); see its output above"
+    ):
         shell.run_line_magic("dist_run", str(script))
     out = capsys.readouterr().out
     assert "[rank 0] checking 0" in out and "[rank 1] checking 1" in out
     group_still_works(shell, capsys)
 
 
-def test_script_that_raises(shell: Any, cluster2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_that_raises(
+    shell: Any, cluster2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     script = tmp_path / "raises.py"
     script.write_text("raise RuntimeError('no data here')\n")
     with pytest.raises(UsageError, match=r"raises.py failed on rank 0 \(exit 1\)"):

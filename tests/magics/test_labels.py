@@ -15,7 +15,9 @@ def run(shell: Any, line: str, cell: str, capsys: pytest.CaptureFixture[str]) ->
     return capsys.readouterr()
 
 
-def test_streamed_output_is_labelled_per_line(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_streamed_output_is_labelled_per_line(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = run(shell, "", "print(f'hello from {rank}')\nprint('second line')", capsys).out
     lines = out.splitlines()
     for r in (0, 1):
@@ -23,12 +25,16 @@ def test_streamed_output_is_labelled_per_line(shell: Any, cluster2: Any, capsys:
     assert lines.count("[rank 0] second line") == 1 and lines.count("[rank 1] second line") == 1
 
 
-def test_stderr_is_labelled_too(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_stderr_is_labelled_too(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     err = run(shell, "", "import sys\nprint('warn', rank, file=sys.stderr)", capsys).err
     assert "[rank 0] warn 0" in err and "[rank 1] warn 1" in err
 
 
-def test_no_stream_folds_identical_output(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_stream_folds_identical_output(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = run(shell, "--no-stream", "print('same everywhere')", capsys).out
     assert out == "[ranks 0,1]\nsame everywhere\n"
 
@@ -47,7 +53,9 @@ def test_last_expression_is_shown_per_rank_and_folded(
     assert run(shell, "", "rank + 100", capsys).out == "Out[rank 0]: 100\nOut[rank 1]: 101\n"
 
 
-def test_status_shows_the_ranks(shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_shows_the_ranks(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
     shell.run_line_magic("dist_cluster", "status")
     out = capsys.readouterr().out

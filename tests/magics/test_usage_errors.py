@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from dist_notebook.magics.cluster_magics import build_spec
+from dist_notebook.magics.cluster_magics import _parser, build_spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,7 +25,12 @@ def usage_error(run: Any, *args: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("value", "fix"), [("0", "0 must be 1 or more"), ("-1", "-1 must be 1 or more"), ("abc", "'abc' is not a whole number")]
+    ("value", "fix"),
+    [
+        ("0", "0 must be 1 or more"),
+        ("-1", "-1 must be 1 or more"),
+        ("abc", "'abc' is not a whole number"),
+    ],
 )
 def test_bad_rank_count(no_cluster: Any, value: str, fix: str) -> None:
     message = usage_error(no_cluster.run_line_magic, "dist_cluster", f"start -n {value} --cpu")
@@ -49,9 +54,8 @@ def test_gpus_and_cpu_together(no_cluster: Any) -> None:
 
 
 def flags(**given: Any) -> SimpleNamespace:
-    values: dict[str, Any] = dict(
-        n=None, gpus=None, cpu=False, backend="auto", timeout=30.0, threads=None, ip="127.0.0.1", launcher="local"
-    )
+    """The flags of ``%dist_cluster start`` with their defaults, some of them changed."""
+    values = vars(_parser().parse_args(["start"]))
     values.update(given)
     return SimpleNamespace(**values)
 
@@ -189,7 +193,11 @@ def test_run_without_a_script(shell: Any, cluster2: Any) -> None:
 
 @pytest.mark.parametrize(
     ("kind", "name", "line"),
-    [("cell", "dist", '--ranks "0'), ("line", "dist_pull", "'rank"), ("line", "dist_run", 'train.py "--lr')],
+    [
+        ("cell", "dist", '--ranks "0'),
+        ("line", "dist_pull", "'rank"),
+        ("line", "dist_run", 'train.py "--lr'),
+    ],
 )
 def test_bad_quotes(shell: Any, cluster2: Any, kind: str, name: str, line: str) -> None:
     if kind == "cell":

@@ -66,7 +66,9 @@ def test_positive_float_accepts() -> None:
 def test_check_ranks() -> None:
     assert check_ranks(None, 2) is None
     assert check_ranks([1, 0], 2) == [1, 0]
-    with pytest.raises(UsageError, match=r"unknown rank 2: this cluster has ranks 0\.\.1; fix --ranks"):
+    with pytest.raises(
+        UsageError, match=r"unknown rank 2: this cluster has ranks 0\.\.1; fix --ranks"
+    ):
         check_ranks([0, 2], 2)
     with pytest.raises(UsageError, match=r"unknown rank -1: .*fix --rank\b"):
         check_ranks([-1], 2, flag="--rank")

@@ -28,7 +28,9 @@ def test_local_launcher_variables() -> None:
 
 
 def test_openmpi_variables() -> None:
-    env = applied(OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_SIZE="8")
+    env = applied(
+        OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_SIZE="8"
+    )
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("5", "1", "8")
     assert env["LOCAL_WORLD_SIZE"] == "8"  # nothing better is known: defaults to the world
 
@@ -45,7 +47,9 @@ def test_pmi_variables_without_a_local_rank_use_the_rank() -> None:
 
 
 def test_our_variables_win_over_a_launchers() -> None:
-    env = applied(DIST_NOTEBOOK_RANK="0", SLURM_PROCID="7", DIST_NOTEBOOK_WORLD_SIZE="2", SLURM_NTASKS="9")
+    env = applied(
+        DIST_NOTEBOOK_RANK="0", SLURM_PROCID="7", DIST_NOTEBOOK_WORLD_SIZE="2", SLURM_NTASKS="9"
+    )
     assert (env["RANK"], env["WORLD_SIZE"]) == ("0", "2")
 
 
@@ -56,12 +60,16 @@ def test_empty_values_are_skipped() -> None:
 
 def test_each_engine_sees_the_gpu_at_its_local_rank() -> None:
     for local, gpu in (("0", "2"), ("1", "3")):
-        env = applied(DIST_NOTEBOOK_RANK=local, DIST_NOTEBOOK_LOCAL_RANK=local, DIST_NOTEBOOK_DEVICES="2,3")
+        env = applied(
+            DIST_NOTEBOOK_RANK=local, DIST_NOTEBOOK_LOCAL_RANK=local, DIST_NOTEBOOK_DEVICES="2,3"
+        )
         assert env["CUDA_VISIBLE_DEVICES"] == gpu
 
 
 def test_devices_wrap_around_on_more_local_ranks_than_listed() -> None:
-    env = applied(OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_LOCAL_RANK="3", DIST_NOTEBOOK_DEVICES="0,1")
+    env = applied(
+        OMPI_COMM_WORLD_RANK="3", OMPI_COMM_WORLD_LOCAL_RANK="3", DIST_NOTEBOOK_DEVICES="0,1"
+    )
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
 
 

@@ -22,16 +22,29 @@ def writer(tmp_path: Path) -> StoreWriter:
 
 
 def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
-    writer.add_cluster("c1", n=2, backend="gloo", kernel_pid=123, profile_dir="/p", ipp_cluster_id="x")
-    writer.set_ranks("c1", [{"rank": r, "host": "h", "pid": 100 + r, "device": "cpu", "engine_id": r} for r in (0, 1)])
+    writer.add_cluster(
+        "c1", n=2, backend="gloo", kernel_pid=123, profile_dir="/p", ipp_cluster_id="x"
+    )
+    writer.set_ranks(
+        "c1",
+        [{"rank": r, "host": "h", "pid": 100 + r, "device": "cpu", "engine_id": r} for r in (0, 1)],
+    )
     writer.set_cluster_state("c1", "ready")
     writer.set_rank_state("c1", 1, "busy")
     reader = StoreReader(writer.path)
     try:
         cluster = reader.cluster("c1")
         assert cluster is not None
-        assert (cluster["state"], cluster["backend"], cluster["n"], cluster["kernel_pid"]) == ("ready", "gloo", 2, 123)
-        assert [(r["rank"], r["pid"], r["state"]) for r in cluster["ranks"]] == [(0, 100, "idle"), (1, 101, "busy")]
+        assert (cluster["state"], cluster["backend"], cluster["n"], cluster["kernel_pid"]) == (
+            "ready",
+            "gloo",
+            2,
+            123,
+        )
+        assert [(r["rank"], r["pid"], r["state"]) for r in cluster["ranks"]] == [
+            (0, 100, "idle"),
+            (1, 101, "busy"),
+        ]
         assert reader.cluster("nope") is None
         writer.set_cluster_state("c1", "stopped")
         stopped = reader.clusters()[0]
@@ -42,7 +55,14 @@ def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
 
 def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
     writer.add_run("r1", name="demo", cluster_id="c1", ranks=[0, 1], steps=3, code="x = 1")
-    writer.append_metrics("r1", [{"rank": r, "step": s, "time": 1.0 + s, "loss": 0.5 / (s + 1)} for s in range(3) for r in (0, 1)])
+    writer.append_metrics(
+        "r1",
+        [
+            {"rank": r, "step": s, "time": 1.0 + s, "loss": 0.5 / (s + 1)}
+            for s in range(3)
+            for r in (0, 1)
+        ],
+    )
     writer.set_run_rank("r1", 1, "failed", "boom")
     writer.set_run_state("r1", "failed", "rank 1 raised")
     reader = StoreReader(writer.path)
@@ -50,7 +70,10 @@ def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
         run = reader.find_run("demo")
         assert run is not None and run["id"] == "r1"
         assert (run["state"], run["error"], run["code"]) == ("failed", "rank 1 raised", "x = 1")
-        assert [(r["rank"], r["state"], r["error"]) for r in run["ranks"]] == [(0, "pending", None), (1, "failed", "boom")]
+        assert [(r["rank"], r["state"], r["error"]) for r in run["ranks"]] == [
+            (0, "pending", None),
+            (1, "failed", "boom"),
+        ]
         records = reader.metrics("r1")
         assert len(records) == 6
         assert records[0]["loss"] == 0.5 and records[0]["rank"] == 0 and records[0]["step"] == 0
@@ -111,7 +134,13 @@ def test_another_process_reads_while_the_kernel_writes(writer: StoreWriter) -> N
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
         for b in range(batches):
-            writer.append_metrics("r1", [{"rank": 0, "step": b * per_batch + i, "time": time.time()} for i in range(per_batch)])
+            writer.append_metrics(
+                "r1",
+                [
+                    {"rank": 0, "step": b * per_batch + i, "time": time.time()}
+                    for i in range(per_batch)
+                ],
+            )
             time.sleep(0.01)
         out, err = proc.communicate(timeout=30)
     finally:

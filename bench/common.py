@@ -1,0 +1,188 @@
+"""Shared pieces of the side-by-side benchmarks: statistics, the machine, peers, JSON.
+
+Every benchmark of this folder compares the same work done by dist-notebook and by its
+peers (torchrun, accelerate's ``notebook_launcher``, nbdistributed, ipyparallel by hand),
+runs the sides interleaved (A B A B ...) so that drift in the machine's load falls on all
+of them, and writes ``bench/results/<name>.json``. ``bench/run_all.py`` runs them all and
+folds the results into ``bench/results/README.md``.
+
+``BENCH_QUICK=1`` (or ``--quick``) shrinks every repetition count: a smoke run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+PY = sys.executable
+# nbdistributed starts its workers with the bare command "python": the interpreter of
+# this environment must come first on PATH for them to find torch.
+BIN_DIR = str(Path(sys.executable).parent)
+
+
+def quick() -> bool:
+    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in [0, 100]."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "p90": percentile(values, 90),
+        "min": min(values),
+        "max": max(values),
+        "values": [round(v, 6) for v in values],
+    }
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, versions and date: the line every table carries."""
+    import psutil
+    import torch
+
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    for name in ("ipyparallel", "accelerate", "nbdistributed", "IPython"):
+        info[name] = package_version(name)
+    return info
+
+
+def package_version(name: str) -> str | None:
+    from importlib import metadata
+
+    dist = {"IPython": "ipython"}.get(name, name)
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, **payload, "machine": machine()}
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"wrote bench/results/{path.name}", flush=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env(threads: int | None = 1, **extra: str) -> dict[str, str]:
+    """Environment for a measured child: one thread a rank, this venv first on PATH,
+    a throwaway run store."""
+    env = dict(os.environ)
+    env["PATH"] = BIN_DIR + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+        env["MKL_NUM_THREADS"] = str(threads)
+    env.setdefault("DIST_NOTEBOOK_STORE", str(Path(tempfile.mkdtemp(prefix="dist-bench-")) / "runs.sqlite"))
+    env.update(extra)
+    return env
+
+
+def use_scratch_store() -> None:
+    """A throwaway run store: a benchmark never writes into the user's own."""
+    os.environ.setdefault(
+        "DIST_NOTEBOOK_STORE", str(Path(tempfile.mkdtemp(prefix="dist-bench-")) / "runs.sqlite")
+    )
+
+
+def shell() -> Any:
+    """An IPython shell (as a notebook kernel runs one), made once per process."""
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    assert ip is not None
+    return ip
+
+
+def quietly(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call fn with stdout/stderr captured (magics print tables and progress)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        value = fn(*args, **kwargs)
+    return value, captured
+
+
+def result_line(text: str, tag: str = "BENCH_RESULT ") -> Any:
+    for line in text.splitlines():
+        if tag in line:
+            return json.loads(line.split(tag, 1)[1])
+    raise RuntimeError(f"no {tag.strip()} line in output:\n{text[-3000:]}")
+
+
+def run_child(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return done
+
+
+def torchrun_cmd(script: Path | str, nproc: int, *args: str) -> list[str]:
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(script), *args]
+
+
+@contextlib.contextmanager
+def timer() -> Iterator[list[float]]:
+    box: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - t0)
+
+
+def interleave(names: list[str], rep: int) -> list[str]:
+    """A B C, then C B A: neither side always follows the same other one."""
+    return names if rep % 2 == 0 else list(reversed(names))
+
+
+def md_table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(value: Any, digits: int = 2, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, (int, float)):
+        return f"{value:,.{digits}f}{unit}"
+    return str(value)
