@@ -36,7 +36,7 @@ def dumps(nb: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: notebooks/*.ipynb)")
+    parser.add_argument("paths", nargs="*", type=Path, help="default: notebooks/*.ipynb")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if dirty")
     args = parser.parse_args(argv)
     paths = args.paths or sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
 
 from ..cluster import ClusterError
 from ..cluster.execute import RankError, run_on_ranks
@@ -73,6 +73,7 @@ class ExecMagics(Magics):
         cluster = self.session.ready_cluster()
         push(cluster, {n: ns[n] for n in names})
 
+    @no_var_expand
     @line_magic
     def dist_pull(self, line: str) -> Any:
         """Evaluate an expression on rank 0 (or --rank R, or --all) and return its value."""

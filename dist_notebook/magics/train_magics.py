@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.display import display
 
 from ..training import RunSpec, RunState, TrainingRun, list_runs
@@ -72,6 +72,7 @@ class TrainMagics(Magics):
         self.last_dashboard: Any = None
         self.last_result: RunResult | None = None
 
+    @no_var_expand
     @line_cell_magic
     def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
         """Run a training cell (or, as a line magic, an expression) on every rank."""

@@ -62,6 +62,11 @@ class RunResult:
     error: RankError | None = None
     records: int = 0
 
+    def __repr__(self) -> str:
+        took = self.ended - self.started
+        return (f"<RunResult {self.name} ({self.run_id}) {self.state.value} in {took:.1f} s, "
+                f"{self.records} records>")
+
 
 class TrainingRun:
     """Runs a RunSpec on a ready cluster; ``stop()`` may be called from any thread."""
