@@ -1,7 +1,8 @@
 """HTTP handlers: each turns a request into one call on the manager and its answer into JSON.
 
 Errors a client can cause are JSON with a message: an unknown id is 404, a bad parameter
-400, a cluster that cannot be reached 409, an unreadable run store 503.
+400, a cluster that cannot be reached 409, an interrupt or stop that failed on the
+cluster 502, an unreadable run store 503.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tornado import web
 
 from .manager import (
     METRICS_LIMIT_DEFAULT,
+    ClusterActionError,
     ClusterUnreachableError,
     InvalidParameterError,
     RunStoreManager,
@@ -43,6 +45,8 @@ def _client_errors(method: F) -> F:
             raise web.HTTPError(400, str(e)) from e
         except ClusterUnreachableError as e:
             raise web.HTTPError(409, str(e)) from e
+        except ClusterActionError as e:
+            raise web.HTTPError(502, str(e)) from e
         except StoreError as e:
             raise web.HTTPError(503, str(e)) from e
 

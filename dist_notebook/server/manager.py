@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,10 @@ class InvalidParameterError(ValueError):
 
 class ClusterUnreachableError(RuntimeError):
     """The cluster's ipyparallel processes cannot be reached to act on them."""
+
+
+class ClusterActionError(RuntimeError):
+    """Reaching the cluster worked, but the interrupt or stop itself failed."""
 
 
 class RunStoreManager:
@@ -82,7 +87,9 @@ class RunStoreManager:
 
     def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
         if state is not None and state not in RUN_STATES:
-            raise InvalidParameterError(f"state must be one of {', '.join(RUN_STATES)}, not {state!r}")
+            raise InvalidParameterError(
+                f"state must be one of {', '.join(RUN_STATES)}, not {state!r}"
+            )
         with self._reader() as reader:
             if reader is None:
                 return []
@@ -106,7 +113,9 @@ class RunStoreManager:
         if since < 0:
             raise InvalidParameterError(f"since must be 0 or more, not {since}")
         if not 1 <= limit <= METRICS_LIMIT_MAX:
-            raise InvalidParameterError(f"limit must be between 1 and {METRICS_LIMIT_MAX}, not {limit}")
+            raise InvalidParameterError(
+                f"limit must be between 1 and {METRICS_LIMIT_MAX}, not {limit}"
+            )
         with self._reader() as reader:
             if reader is None or reader.run(run_id) is None:
                 raise UnknownIdError(f"no run with id {run_id!r}")
@@ -136,8 +145,8 @@ class RunStoreManager:
                 f"cluster {cluster_id!r} is {row['state']}: there is nothing to interrupt"
             )
         await asyncio.to_thread(_act_in_thread, row, "interrupt")
-        self._record(cluster_id, "interrupt", "interrupt sent from the JupyterLab panel")
-        return {"id": cluster_id, "action": "interrupt", "state": row["state"]}
+        reply = {"id": cluster_id, "action": "interrupt", "state": row["state"]}
+        return self._record(reply, "interrupt sent from the JupyterLab panel")
 
     async def stop(self, cluster_id: str) -> dict[str, Any]:
         """Stop the engines and the controller; stopping a stopped cluster does nothing."""
@@ -145,24 +154,33 @@ class RunStoreManager:
         if row["state"] in ENDED_CLUSTER_STATES and not _cluster_file(row).exists():
             return {"id": cluster_id, "action": "stop", "state": row["state"]}
         await asyncio.to_thread(_act_in_thread, row, "stop")
-        self._record(cluster_id, "stop", "stopped from the JupyterLab panel", ranks=row["ranks"])
-        return {"id": cluster_id, "action": "stop", "state": "stopped"}
+        reply = {"id": cluster_id, "action": "stop", "state": "stopped"}
+        return self._record(reply, "stopped from the JupyterLab panel", ranks=row["ranks"])
 
     def _record(
-        self, cluster_id: str, kind: str, message: str, ranks: list[dict[str, Any]] | None = None
-    ) -> None:
-        # The kernel is the store's main writer; the server writes only the facts it caused,
-        # so that the panel shows a stopped cluster even when its kernel is gone.
-        writer = StoreWriter(self.path)
+        self, reply: dict[str, Any], message: str, ranks: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Write what the action did to the store; *ranks* given: the cluster stopped.
+
+        The kernel is the store's main writer; the server writes only the facts it caused,
+        so that the panel shows a stopped cluster even when its kernel is gone. The action
+        has happened either way: a store that cannot be written is a warning in the reply.
+        """
+        cluster_id = reply["id"]
         try:
-            if ranks is not None:
-                writer.set_cluster_state(cluster_id, "stopped")
-                for r in ranks:
-                    if r["state"] not in ("done", "failed"):
-                        writer.set_rank_state(cluster_id, r["rank"], "dead")
-            writer.add_event(kind, message, cluster_id=cluster_id)
-        finally:
-            writer.close()
+            writer = StoreWriter(self.path)
+            try:
+                if ranks is not None:
+                    writer.set_cluster_state(cluster_id, "stopped")
+                    for r in ranks:
+                        if r["state"] != "failed":  # its processes are gone, whatever it did
+                            writer.set_rank_state(cluster_id, r["rank"], "dead")
+                writer.add_event(reply["action"], message, cluster_id=cluster_id)
+            finally:
+                writer.close()
+        except StoreError as e:
+            reply["warning"] = str(e)
+        return reply
 
 
 def _launcher_config() -> Any:
@@ -200,6 +218,24 @@ def _act_in_thread(row: dict[str, Any], action: str) -> None:
 
 
 async def _act(row: dict[str, Any], action: str) -> None:
+    cluster = _load_cluster(row)
+    try:
+        if action == "interrupt":
+            if not cluster.engines:
+                raise ClusterUnreachableError(f"cluster {row['id']!r} has no running engines")
+            await cluster.signal_engines(signal.SIGINT)
+        else:
+            await cluster.stop_cluster()
+    except ClusterUnreachableError:
+        raise
+    except Exception as e:  # a launcher's own error, of any type: report it, do not crash
+        raise ClusterActionError(f"{action} of cluster {row['id']!r} failed: {e}") from e
+    finally:
+        _release_waiters(cluster)
+
+
+def _load_cluster(row: dict[str, Any]) -> Any:
+    """The ipyparallel cluster of *row*, rebuilt from its cluster file."""
     from ipyparallel import Cluster
 
     if not row.get("profile_dir"):
@@ -214,23 +250,18 @@ async def _act(row: dict[str, Any], action: str) -> None:
             f" {str(cluster_file)!r} (its kernel stopped it or exited)"
         )
     try:
-        cluster = Cluster.from_file(
-            str(cluster_file), shutdown_atexit=False, config=_launcher_config()
+        state = json.loads(cluster_file.read_text())
+        return Cluster.from_dict(
+            state,
+            cluster_file=str(cluster_file),
+            shutdown_atexit=False,
+            config=_launcher_config(),
         )
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # the file is foreign input: bad JSON, classes that do not import
         raise ClusterUnreachableError(
             f"cluster {row['id']!r} cannot be reached: its cluster file {str(cluster_file)!r}"
-            f" cannot be read ({e})"
+            f" cannot be loaded ({type(e).__name__}: {e})"
         ) from e
-    try:
-        if action == "interrupt":
-            if not cluster.engines:
-                raise ClusterUnreachableError(f"cluster {row['id']!r} has no running engines")
-            await cluster.signal_engines(signal.SIGINT)
-        else:
-            await cluster.stop_cluster()
-    finally:
-        _release_waiters(cluster)
 
 
 def _release_waiters(cluster: Any) -> None:
@@ -249,6 +280,7 @@ def _release_waiters(cluster: Any) -> None:
 
 
 __all__ = [
+    "ClusterActionError",
     "ClusterUnreachableError",
     "InvalidParameterError",
     "RunStoreManager",

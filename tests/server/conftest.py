@@ -102,14 +102,30 @@ class LiveCluster:
     pids: list[int]
 
 
-@pytest.fixture
-def live_cluster(writer: StoreWriter) -> Iterator[LiveCluster]:
-    """Two local engines on loopback, their pids, and the cluster's row in the store."""
+def _our_launchers() -> dict:
+    """The launchers dist_notebook's clusters use (registered as ipyparallel entry points)."""
+    from dist_notebook.cluster.launchers import OurControllerLauncher, RankEngineSetLauncher
+
+    return {
+        "controller_launcher_class": OurControllerLauncher,
+        "engine_launcher_class": RankEngineSetLauncher,
+    }
+
+
+@pytest.fixture(params=["builtin", "ours"])
+def live_cluster(writer: StoreWriter, request: pytest.FixtureRequest) -> Iterator[LiveCluster]:
+    """Two local engines on loopback, their pids, and the cluster's row in the store.
+
+    "ours": dist_notebook's own launchers, which the cluster file must name in a form
+    that loads back (they are registered as entry points).
+    """
     import ipyparallel as ipp
 
+    launchers = _our_launchers() if request.param == "ours" else {}
     cluster = ipp.Cluster(
         n=2,
         controller_ip="127.0.0.1",
+        **launchers,
         # a short heartbeat makes the controller confirm the engines in ~3 s, not ~7 s
         controller_args=["--HeartMonitor.period=500"],
         log_level=30,

@@ -152,3 +152,17 @@ async def test_stopping_a_stopped_cluster_does_nothing(jp_fetch, filled_store):
     assert json.loads(response.body) == {"id": CLUSTER, "action": "stop", "state": "stopped"}
     code, text = await error_of(jp_fetch, "clusters", CLUSTER, "interrupt", method="POST")
     assert (code, text) == (409, f"cluster '{CLUSTER}' is stopped: there is nothing to interrupt")
+
+
+async def test_an_unloadable_cluster_file_is_409(jp_fetch, writer, tmp_path):
+    profile = tmp_path / "profile"
+    (profile / "security").mkdir(parents=True)
+    (profile / "security" / "cluster-bad.json").write_text("{not json")
+    writer.add_cluster(
+        "c-bad", n=1, backend="gloo", kernel_pid=1, profile_dir=str(profile), ipp_cluster_id="bad"
+    )
+    writer.set_cluster_state("c-bad", "ready")
+    code, text = await error_of(jp_fetch, "clusters", "c-bad", "stop", method="POST")
+    assert code == 409
+    assert text.startswith("cluster 'c-bad' cannot be reached: its cluster file")
+    assert "cannot be loaded (JSONDecodeError" in text

@@ -45,7 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip = pytest.mark.skip(reason=f"browser tests need chromium at {CHROMIUM} (apt-get install chromium)")
+    skip = pytest.mark.skip(
+        reason=f"browser tests need chromium at {CHROMIUM} (apt-get install chromium)"
+    )
     for item in items:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.ui)
@@ -131,7 +133,9 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [
-                    sys.executable, "-m", "jupyterlab",
+                    sys.executable,
+                    "-m",
+                    "jupyterlab",
                     "--no-browser",
                     "--allow-root",
                     "--ServerApp.ip=127.0.0.1",

@@ -49,7 +49,13 @@ def fill(writer: StoreWriter) -> None:
     writer.set_ranks(
         CLUSTER,
         [
-            {"rank": r, "host": "localhost", "pid": 1000 + r, "device": f"cuda:{r}", "state": "running"}
+            {
+                "rank": r,
+                "host": "localhost",
+                "pid": 1000 + r,
+                "device": f"cuda:{r}",
+                "state": "running",
+            }
             for r in (0, 1)
         ],
     )
@@ -62,7 +68,8 @@ def fill(writer: StoreWriter) -> None:
 
 
 def curve_points(page, rank: int) -> int:  # type: ignore[no-untyped-def]
-    d = page.locator(f'#dist-notebook-panel .dn-run-curve path[data-rank="{rank}"]').get_attribute("d")
+    path = page.locator(f'#dist-notebook-panel .dn-run-curve path[data-rank="{rank}"]')
+    d = path.get_attribute("d")
     return (d or "").count("L") + (d or "").count("M")
 
 

@@ -1,0 +1,92 @@
+"""End to end: a notebook starts a cluster and trains with the magics; the panel shows
+the ranks and the live curve, and its Stop button stops the cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import nbformat
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import open_lab, open_panel, shot
+
+NOTEBOOK = "ui-test.ipynb"
+TRAIN = """%%dist_train --name ui-test --steps 40
+import time
+from dist_notebook import report
+for i in range(40):
+    report(step=i, loss=1.0 / (i + 1), samples=32)
+    time.sleep(0.1)
+"""
+KERNEL_IDLE = (
+    "() => window.jupyterapp.shell.currentWidget"
+    "?.sessionContext?.session?.kernel?.status === 'idle'"
+)
+CELLS = ["%load_ext dist_notebook", "%dist_cluster start -n 2 --cpu", TRAIN]
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("dist_notebook.magics") is None,
+    reason="the magics (dist_notebook.magics) are not there yet",
+)
+
+
+def write_notebook(lab) -> None:  # type: ignore[no-untyped-def]
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    nbformat.write(nb, lab.root / NOTEBOOK)
+
+
+def cell_errors(page) -> list[str]:  # type: ignore[no-untyped-def]
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    texts = [errors.nth(i).inner_text() for i in range(errors.count())]
+    return [t for t in texts if "Error" in t or "Traceback" in t]
+
+
+def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[no-untyped-def]
+    write_notebook(lab)
+    open_lab(page, lab)
+    panel = open_panel(page)
+    page.goto(lab.lab_url(f"lab/tree/{NOTEBOOK}"))
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    panel = open_panel(page)
+    expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS))
+    page.wait_for_function(
+        KERNEL_IDLE,
+        timeout=60_000,
+    )
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+
+    # the cluster and its two ranks appear while the cluster starts and the run goes on
+    cluster = panel.locator(".dn-cluster").first
+    expect(cluster).to_be_visible(timeout=90_000)
+    expect(cluster.locator(".dn-rank")).to_have_count(2)
+    expect(cluster.locator('.dn-rank[data-rank="0"]')).to_be_visible()
+    expect(cluster.locator('.dn-rank[data-rank="1"]')).to_be_visible()
+    expect(panel.locator(".dn-current-run-title")).to_contain_text("ui-test", timeout=90_000)
+    line = panel.locator('.dn-run-curve path.dn-curve-line[data-rank="0"]')
+    expect(line).to_have_attribute("d", re.compile(r"^M.+L.+"), timeout=60_000)
+    shot(page, "notebook-running")
+
+    # the last cell finishes: [3] in its prompt, no error in any output
+    last_prompt = (
+        page.locator(".jp-NotebookPanel .jp-Cell").nth(len(CELLS) - 1).locator(".jp-InputPrompt")
+    )
+    expect(last_prompt).to_contain_text("[3]", timeout=120_000)
+    assert cell_errors(page) == []
+    expect(panel.locator(".dn-run-curve path.dn-curve-line")).to_have_count(2)
+    expect(cluster.locator('.dn-rank[data-rank="0"] .dn-rank-step')).to_have_text("39")
+    shot(page, "notebook-done")
+
+    # Stop, confirmed: the cluster's state changes to stopped
+    cluster.locator(".dn-stop-button").click()
+    page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-warn").click()
+    expect(cluster).to_have_attribute("data-state", "stopped", timeout=60_000)
+    expect(cluster.locator(".dn-stop-button")).to_be_disabled()
+    shot(page, "notebook-stopped")
