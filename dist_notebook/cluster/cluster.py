@@ -95,6 +95,7 @@ class DistCluster:
         # Every engine set started (the first, then replacements of dead ranks), and the
         # exit records of engines already replaced.
         self._engine_sets: list[str] = []
+        self.pair_ports: list[int] = []
         self._buried: set[tuple[str, str]] = set()
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
         self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
@@ -275,7 +276,7 @@ class DistCluster:
         engines: Any = RankEngineSetLauncher
         if spec.launcher != "local":
             engines = REMOTE_ENGINE_LAUNCHERS[spec.launcher]
-        return ipp.Cluster(
+        return _PrivateCluster(
             n=spec.n,
             controller_ip=spec.ip,
             controller_launcher_class=OurControllerLauncher,
@@ -411,6 +412,8 @@ class DistCluster:
             ) from None
         for r in self.ranks:
             r.backend = self.backend
+        # Every rank's transport ports, so recovery can sever a stuck collective.
+        self.pair_ports = sorted({p for result in ar.get() for p in result.get("ports", [])})
         self._record_ranks()
 
     async def _teardown(self) -> None:
@@ -418,10 +421,24 @@ class DistCluster:
             self.client.close()
             self.client = None
         if self._ipp is not None:
+            # ipyparallel stops engines one after the other, waiting for each to exit
+            # (~3 s each with torch loaded); signalled together they exit in parallel.
+            self._signal_local_engines(signal.SIGTERM)
             try:
                 await self._ipp.stop_cluster()
             except Exception as e:  # a process already gone is fine; say anything else
                 log.warning("stopping the ipyparallel cluster: %s", e)
+
+    def _signal_local_engines(self, sig: int) -> None:
+        """Send *sig* to every running engine of our local launchers (not remote ones)."""
+        if self._ipp is None or self.spec.launcher != "local":
+            return
+        for engine_set in list(self._ipp.engines.values()):
+            for launcher in list(getattr(engine_set, "launchers", {}).values()):
+                try:
+                    launcher.signal(sig)  # does nothing once the process has exited
+                except Exception as e:  # already gone: the stop below handles the rest
+                    log.debug("signalling engine %s: %s", getattr(launcher, "pid", "?"), e)
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:
@@ -463,6 +480,22 @@ class DistCluster:
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"
+
+
+class _PrivateCluster(ipp.Cluster):
+    """ipyparallel's Cluster, with its cluster file readable by the owner only.
+
+    ipyparallel writes ``security/cluster-*.json`` (pids, log paths, launcher state)
+    with the default umask, i.e. world-readable; its connection files are 0600 already.
+    """
+
+    def write_cluster_file(self) -> None:
+        if self.cluster_file:
+            os.makedirs(os.path.dirname(self.cluster_file), mode=0o700, exist_ok=True)
+            # Created 0600 before ipyparallel opens it: an existing file keeps its mode.
+            os.close(os.open(self.cluster_file, os.O_CREAT | os.O_WRONLY, 0o600))
+            os.chmod(self.cluster_file, 0o600)
+        super().write_cluster_file()
 
 
 def _first_error(e: ipp.error.CompositeError) -> str:

@@ -242,11 +242,18 @@ def _collect(ar: Any, streams: list[_Stream]) -> list[RankOutput]:
             completed=_timestamp(md.get("completed"), index),
         )
         outputs.append(out)
+    # An error IPython does not publish (a UsageError: a mistyped %magic in the cell) is
+    # only in the reply, not in the metadata: take it from there, so it is a RankError
+    # like any other and never ipyparallel's CompositeError.
+    values = ar.get(return_exceptions=True)
+    for out, value in zip(outputs, values, strict=True):
+        if isinstance(value, RemoteError):
+            out.error = out.error or value
+        else:
+            out.value = value
     failures = sorted((o for o in outputs if o.error is not None), key=lambda o: o.completed)
     if failures:
         raise RankError(failures, [o.rank for o in outputs])
-    for out, value in zip(outputs, ar.get(), strict=True):
-        out.value = value
     return outputs
 
 

@@ -47,7 +47,7 @@ class Release:
         done = self._done()
         if len(done) == len(self.targets):
             return
-        if not any(self.ar._metadata[i].get("error") is not None for i in done):
+        if not any(_failed(self.ar._metadata[i]) for i in done):
             return
         now = time.monotonic()
         if self.first_failure is None:
@@ -64,7 +64,13 @@ class Release:
         idle = [self.targets[i] for i in done]
         client = self.cluster.client
         if client is not None:
-            client[idle].apply_async(group.destroy_group).wait(5)
+            ports = sorted(getattr(self.cluster, "pair_ports", ()))
+            client[idle].apply_async(group.sever, ports).wait(5)
+
+
+def _failed(md: dict[str, Any]) -> bool:
+    # A UsageError on the rank sets only the status (IPython publishes no error for it).
+    return md.get("error") is not None or md.get("status") == "error"
 
 
 def regroup(cluster: Any) -> None:

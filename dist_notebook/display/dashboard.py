@@ -1,7 +1,10 @@
 """The live dashboard of a training run, shown in the cell's output.
 
-Updated in place and throttled (at most ``MAX_FPS`` redraws a second) from the metrics
-collector's thread, never with clear_output. When the run ends, the display is updated
+Updated in place, never with clear_output, and throttled: at most ``MAX_FPS`` redraws a
+second, and no more drawing than ``MAX_BUSY`` of one core (a redraw that took 50 ms waits
+1 s for the next), because on a small machine the kernel's drawing takes CPU from the
+ranks. Redraws run on a timer thread, never on the metrics collector's thread, so a slow
+picture never delays the records. When the run ends, the display is updated
 once more with a static HTML picture beside the widget view, so a notebook saved
 without widget state still shows the final curves and table.
 """
@@ -21,6 +24,7 @@ from ..metrics import RankSummary, RunMetrics
 from .plots import RunFigure
 
 MAX_FPS = 4.0
+MAX_BUSY = 0.05  # share of one core the redraws may use
 STATE_COLORS = {
     "pending": "#999", "running": "#2ca02c", "done": "#1f77b4", "failed": "#d62728",
     "dead": "#000", "cancelled": "#ff7f0e", "stalled": "#e6a100",
@@ -40,10 +44,13 @@ class Dashboard:
         self.steps = steps
         self.t0 = time.time()
         self.renders = 0
-        self._last = 0.0
+        self._next = 0.0  # monotonic time before which no throttled redraw starts
+        self._dirty = False
+        self._rendering = False
+        self._finished = False
         self._lock = threading.Lock()
-        # Renders come from the collector's thread, the throttle's timer and the run's
-        # thread; one matplotlib figure must never be drawn by two of them at once.
+        # Renders come from the throttle's timer thread and the run's thread (show,
+        # finish); one matplotlib figure must never be drawn by two of them at once.
         self._draw_lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._figure = RunFigure()
@@ -75,8 +82,11 @@ class Dashboard:
 
     def finish(self) -> None:
         """Final redraw; keep the last picture for notebooks saved without widget state."""
-        if self._timer is not None:
-            self._timer.cancel()
+        with self._lock:
+            self._finished = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         self.render()
         self.stop_button.disabled = True
         if self._handle is not None:
@@ -84,28 +94,36 @@ class Dashboard:
 
     # --- updating ---------------------------------------------------------------
     def request_render(self) -> None:
-        """Called on every batch of records; redraws at most MAX_FPS times a second."""
+        """Called on every batch of records and state change; schedules a throttled redraw."""
         with self._lock:
-            wait = self._last + 1.0 / MAX_FPS - time.monotonic()
-            if wait <= 0:
-                self._last = time.monotonic()
-            elif self._timer is None:
-                self._timer = threading.Timer(wait, self._deferred)
-                self._timer.daemon = True
-                self._timer.start()
-                return
-            else:
-                return
-        self.render()
+            self._dirty = True
+            if self._timer is None and not self._rendering and not self._finished:
+                self._schedule()
+
+    def _schedule(self) -> None:
+        # With self._lock held.
+        wait = max(0.0, self._next - time.monotonic())
+        self._timer = threading.Timer(wait, self._deferred)
+        self._timer.daemon = True
+        self._timer.start()
 
     def _deferred(self) -> None:
         with self._lock:
-            self._timer = None
-            self._last = time.monotonic()
-        self.render()
+            if self._finished:
+                return
+            self._timer, self._rendering, self._dirty = None, True, False
+        try:
+            self.render()
+        finally:
+            with self._lock:
+                self._rendering = False
+                # Records that came during the redraw get the next one.
+                if self._dirty and not self._finished:
+                    self._schedule()
 
     def render(self) -> None:
         with self._draw_lock:
+            start = time.monotonic()
             summaries = self.metrics.summaries()
             png = self._figure.draw(self.metrics, summaries)
             with self.widget.hold_sync():
@@ -113,6 +131,8 @@ class Dashboard:
                 self.header.value = self._header_html(summaries)
                 self.table.value = self._table_html(summaries)
             self.renders += 1
+            took = time.monotonic() - start
+            self._next = start + max(1.0 / MAX_FPS, took / MAX_BUSY)
 
     # --- content ----------------------------------------------------------------
     def rank_state(self, s: RankSummary) -> str:

@@ -69,6 +69,7 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
     import torch.distributed as dist
 
     destroy_group()
+    listening_before = _listening_ports()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     timeout = timedelta(seconds=timeout_s)
@@ -97,7 +98,47 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
     if int(probe.item()) != world:
         raise RuntimeError(f"process group check failed: all_reduce gave {probe.item()}, not {world}")
     _publish_names(rank, world, device)
-    return {"rank": rank, "backend": dist.get_backend(), "device": str(device)}
+    # The ports this group's transport listens on (gloo's pairs), for sever() later.
+    ports = sorted(_listening_ports() - listening_before)
+    return {"rank": rank, "backend": dist.get_backend(), "device": str(device), "ports": ports}
+
+
+def _listening_ports() -> set[int]:
+    import psutil
+
+    return {
+        c.laddr.port
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def sever(pair_ports: list[int]) -> int:
+    """Shut down this rank's connections to its peers' group transport; return how many.
+
+    A peer blocked in a gloo collective with this (idle) rank then fails at once with
+    "connection closed" instead of waiting for the group's timeout. Destroying the group
+    is not enough when a DDP model still holds it: its sockets stay open. Only TCP
+    connections to or from the group's own listening ports are touched.
+    """
+    import psutil
+
+    ports = set(pair_ports)
+    closed = 0
+    for conn in psutil.Process().net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_ESTABLISHED or conn.fd < 0 or not conn.raddr:
+            continue
+        if conn.laddr.port in ports or conn.raddr.port in ports:
+            sock = socket.socket(fileno=os.dup(conn.fd))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                closed += 1
+            except OSError:
+                continue  # already closed by the peer
+            finally:
+                sock.close()
+    destroy_group()
+    return closed
 
 
 def _publish_names(rank: int, world: int, device: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shlex
 import threading
 import time
@@ -41,12 +42,13 @@ def split_flags(parser: MagicParser, line: str) -> tuple[str, str]:
     ``--name a train(tag="x y")`` gives ``("--name a ", 'train(tag="x y")')``: the
     expression keeps its quotes and spaces, which shell-style splitting would remove.
     """
-    lexer = shlex.shlex(line, posix=True)
+    stream = io.StringIO(line)
+    lexer = shlex.shlex(stream, posix=True)
     lexer.whitespace_split = True
     lexer.commenters = ""
     wants_value = False
     while True:
-        start = lexer.instream.tell()
+        start = stream.tell()
         try:
             token = lexer.get_token()
         except ValueError:  # unbalanced quotes: parse_line reports them

@@ -98,15 +98,21 @@ def trainer(shell: Any, train_defined: Any) -> Iterator[Any]:
         return
     if run.state.value not in TERMINAL:
         run.stop()
-    wait_for(lambda: magics.last_result and magics.last_result.run_id == run.id, 30,
-             f"run {run.name} to end")
+    wait_for(
+        lambda: magics.last_result and magics.last_result.run_id == run.id,
+        30,
+        f"run {run.name} to end",
+    )
 
 
 def result_of(magics: Any, run: Any, timeout: float = 30) -> Any:
     """Wait for a background run's RunResult and return it."""
     return wait_for(
-        lambda: magics.last_result if magics.last_result and magics.last_result.run_id == run.id
-        else None,
+        lambda: (
+            magics.last_result
+            if magics.last_result and magics.last_result.run_id == run.id
+            else None
+        ),
         timeout,
         f"run {run.name} to end",
     )

@@ -107,12 +107,18 @@ def test_report_refuses_a_value_it_cannot_send(collector: Collector) -> None:
         pytest.param(lambda key, rec: signed(key, {**rec, "run": "another-run"}), id="other-run"),
         pytest.param(lambda key, rec: signed(key, rec)[1:], id="unsigned"),
         pytest.param(lambda key, rec: [*signed(key, rec), b"extra"], id="extra-frame"),
-        pytest.param(lambda key, rec: [hmac.new(key, b"{", hashlib.sha256).digest(), b"{"], id="not-json"),
+        pytest.param(
+            lambda key, rec: [hmac.new(key, b"{", hashlib.sha256).digest(), b"{"], id="not-json"
+        ),
         pytest.param(lambda key, rec: signed(key, [1, 2]), id="not-a-record"),
-        pytest.param(lambda key, rec: signed(key, {"run": RUN, "step": 1, "time": 1.0}), id="no-rank"),
+        pytest.param(
+            lambda key, rec: signed(key, {"run": RUN, "step": 1, "time": 1.0}), id="no-rank"
+        ),
     ],
 )
-def test_forged_messages_are_rejected_and_not_stored(collector: Collector, push: Any, forge: Any) -> None:
+def test_forged_messages_are_rejected_and_not_stored(
+    collector: Collector, push: Any, forge: Any
+) -> None:
     good = {"run": RUN, "rank": 1, "step": 7, "time": 1.0, "loss": 0.5}
     push.send_multipart(forge(collector.key, {**good, "loss": 99.0}))
     wait_for(lambda: collector.rejected == 1, 5, "the forged message to be rejected")

@@ -50,9 +50,15 @@ def fifty(shell: Any, train_defined: Any) -> dict[str, Any]:
     """One 50-step DDP run written in the cell, shared by the tests that inspect it."""
     magics = shell.magics_manager.registry["TrainMagics"]
     with capture_output() as captured:
-        result = shell.run_cell_magic("dist_train", "--name fifty --steps 50", TRAIN_CELL.format(steps=50))
-    return {"result": result, "dashboard": magics.last_dashboard, "run": magics.last_run,
-            "outputs": captured.outputs}
+        result = shell.run_cell_magic(
+            "dist_train", "--name fifty --steps 50", TRAIN_CELL.format(steps=50)
+        )
+    return {
+        "result": result,
+        "dashboard": magics.last_dashboard,
+        "run": magics.last_run,
+        "outputs": captured.outputs,
+    }
 
 
 def test_every_step_of_every_rank_is_stored_in_order(fifty: dict[str, Any]) -> None:
@@ -87,7 +93,8 @@ def test_dashboard_shows_the_last_step(fifty: dict[str, Any]) -> None:
     for rank in RANKS:
         assert table_step(dashboard.table.value, rank) == "49"
     assert "succeeded" in dashboard.header.value and "step 49/50" in dashboard.header.value
-    assert dashboard.image.value.startswith(b"\x89PNG\r\n\x1a\n") and len(dashboard.image.value) > 5000
+    png = bytes(dashboard.image.value)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, len(png)
     assert dashboard.renders >= 1
     assert dashboard.stop_button.disabled
     assert "rank 1: done step 49" in dashboard.text_summary()
@@ -116,9 +123,11 @@ def test_renders_are_throttled(trainer: Any, shell: Any) -> None:
     assert table_step(dashboard.table.value, 0) == "199"
 
 
-def test_another_process_reads_the_store_during_a_run(trainer: Any, shell: Any, throwaway_store: str) -> None:
+def test_another_process_reads_the_store_during_a_run(
+    trainer: Any, shell: Any, throwaway_store: str
+) -> None:
     with capture_output():
-        shell.run_cell_magic("dist_train", "--background --name watched", "train(60, pause=0.05)")
+        shell.run_cell_magic("dist_train", "--background --name watched", "train(80, pause=0.05)")
     run = trainer.last_run
     wait_for(lambda: run.metrics.count >= 4, 20, "the first records")
     reader = textwrap.dedent(f"""
@@ -129,22 +138,26 @@ def test_another_process_reads_the_store_during_a_run(trainer: Any, shell: Any, 
         seen = []
         for _ in range(2):
             seen.append((len(reader.metrics({run.id!r})), reader.run({run.id!r})["state"]))
-            time.sleep(0.5)
+            time.sleep(0.3)
         print(json.dumps(seen))
     """)
-    done = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", reader], capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0, done.stderr
-    (first, first_state), (second, second_state) = json.loads(done.stdout)
-    assert 0 < first < second < 120
-    assert first_state == second_state == "running"
+    (first, first_state), (second, _) = json.loads(done.stdout)
+    assert first_state == "running"
+    assert 0 < first < second <= 160
     result = result_of(trainer, run)
-    assert result.state.value == "succeeded" and len(StoreReader().metrics(run.id)) == 120
+    assert result.state.value == "succeeded" and len(StoreReader().metrics(run.id)) == 160
 
 
 def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
     # No collective in this loop: SIGINT cannot free a rank blocked in gloo (see DESIGN).
     with capture_output():
-        shell.run_cell_magic("dist_train", "--background --name stopped", "train(2000, pause=0.02, ddp=False)")
+        shell.run_cell_magic(
+            "dist_train", "--background --name stopped", "train(2000, pause=0.02, ddp=False)"
+        )
     run, dashboard = trainer.last_run, trainer.last_dashboard
     wait_for(lambda: all(run.metrics.records(r) for r in RANKS), 20, "records from every rank")
     clicked = time.monotonic()
@@ -156,19 +169,26 @@ def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
     assert run.rank_states == {0: "cancelled", 1: "cancelled"}
     stored = StoreReader().run(run.id)
     assert stored is not None and stored["state"] == "cancelled"
-    assert [(r["rank"], r["state"]) for r in stored["ranks"]] == [(0, "cancelled"), (1, "cancelled")]
+    assert [(r["rank"], r["state"]) for r in stored["ranks"]] == [
+        (0, "cancelled"),
+        (1, "cancelled"),
+    ]
     assert len(StoreReader().metrics(run.id)) == result.records < 4000
     assert "cancelled" in dashboard.header.value
     # The cluster is still usable, process group included.
     with capture_output():
-        shell.run_cell_magic("dist", "", "t = torch.ones(1); dist.all_reduce(t); after_stop = t.item()")
+        shell.run_cell_magic(
+            "dist", "", "t = torch.ones(1); dist.all_reduce(t); after_stop = t.item()"
+        )
     assert shell.run_line_magic("dist_pull", "--all after_stop") == {0: 2.0, 1: 2.0}
 
 
 def test_a_raising_rank_fails_the_run(trainer: Any, shell: Any) -> None:
     # Rank 1 reports steps 0..19 as fast as it can, then raises; rank 0 goes on to 40.
     with capture_output(), pytest.raises(RankError) as raised:
-        shell.run_cell_magic("dist_train", "--name failing", "train(40, ddp=False, fail_rank=1, fail_at=20)")
+        shell.run_cell_magic(
+            "dist_train", "--name failing", "train(40, ddp=False, fail_rank=1, fail_at=20)"
+        )
     assert raised.value.rank == 1 and raised.value.ename == "ValueError"
     assert "rank 1 raised ValueError: bad batch at step 20" in str(raised.value)
     result, run = trainer.last_result, trainer.last_run
@@ -178,7 +198,10 @@ def test_a_raising_rank_fails_the_run(trainer: Any, shell: Any) -> None:
     ranks = {r["rank"]: r for r in stored["ranks"]}
     assert ranks[1]["state"] == "failed" and "bad batch at step 20" in ranks[1]["error"]
     assert ranks[0]["state"] == "done"
-    steps = {rank: [r["step"] for r in recs] for rank, recs in by_rank(StoreReader().metrics(run.id)).items()}
+    steps = {
+        rank: [r["step"] for r in recs]
+        for rank, recs in by_rank(StoreReader().metrics(run.id)).items()
+    }
     assert steps == {0: list(range(40)), 1: list(range(20))}
     assert "failed" in trainer.last_dashboard.header.value
 
@@ -192,7 +215,11 @@ def test_line_form_calls_a_function_from_a_dist_cell(trainer: Any, shell: Any) -
 
 def test_line_form_keeps_quotes_in_the_expression(trainer: Any, shell: Any) -> None:
     with capture_output():
-        shell.run_cell_magic("dist", "", "def tagged(tag, steps):\n    assert tag == 'a b', tag\n    return train(steps)")
+        shell.run_cell_magic(
+            "dist",
+            "",
+            "def tagged(tag, steps):\n    assert tag == 'a b', tag\n    return train(steps)",
+        )
         result = shell.run_line_magic("dist_train", "--name quoted tagged('a b', steps=3)")
     assert result.state.value == "succeeded" and result.records == 6
 
@@ -206,9 +233,9 @@ def test_report_outside_a_run_does_nothing_on_the_ranks(shell: Any, train_define
 def test_runs_are_listed_and_exported(fifty: dict[str, Any], shell: Any, tmp_path: Path) -> None:
     with capture_output() as captured:
         shell.run_line_magic("dist_runs", "")
-    listing = captured.outputs[-1].data
-    assert "fifty" in listing["text/plain"] and fifty["result"].run_id in listing["text/html"]
-    assert "succeeded" in listing["text/plain"]
+    listing = captured.outputs[-1].data["text/plain"]
+    row = next(line for line in listing.splitlines() if fifty["result"].run_id in line)
+    assert row.split()[:3] == ["fifty", fifty["result"].run_id, "succeeded"]
     path = load_run(fifty["result"].run_id).to_csv(tmp_path / "fifty.csv")
     lines = path.read_text().splitlines()
     assert lines[0].split(",")[:3] == ["rank", "step", "time"]

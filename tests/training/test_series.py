@@ -11,11 +11,19 @@ from dist_notebook.metrics import RunMetrics
 from dist_notebook.metrics.series import WINDOW
 
 
-def steady(rank: int, steps: int, step_time: float, t0: float = 1000.0, **extra: float) -> list[dict]:
+def steady(
+    rank: int, steps: int, step_time: float, t0: float = 1000.0, **extra: float
+) -> list[dict]:
     """Records of a rank reporting every *step_time* seconds, 32 samples a step."""
     out = []
     for i in range(steps):
-        rec = {"rank": rank, "step": i, "time": t0 + i * step_time, "loss": 1.0 / (i + 1), "samples": 32}
+        rec = {
+            "rank": rank,
+            "step": i,
+            "time": t0 + i * step_time,
+            "loss": 1.0 / (i + 1),
+            "samples": 32,
+        }
         if i:
             rec["step_time"] = step_time
         rec.update(extra)
@@ -48,8 +56,13 @@ def test_summary_without_records_or_metrics() -> None:
     m = RunMetrics([0, 1])
     m.add([{"rank": 0, "step": None, "time": 1.0}])
     empty, bare = m.summary(1), m.summary(0)
-    assert (empty.records, empty.last_step, empty.step_time, empty.samples_per_s, empty.last_time) == (
-        0, None, None, None, None)
+    assert (
+        empty.records,
+        empty.last_step,
+        empty.step_time,
+        empty.samples_per_s,
+        empty.last_time,
+    ) == (0, None, None, None, None)
     assert (bare.records, bare.last_step, bare.last_loss, bare.comm_share) == (1, None, None, None)
 
 
@@ -60,7 +73,9 @@ def test_comm_share_is_capped_at_one() -> None:
 
 
 @pytest.mark.parametrize(("slow", "flagged"), [(0.0125, True), (0.0115, False)])
-def test_straggler_is_a_rank_over_20_percent_slower_than_the_median(slow: float, flagged: bool) -> None:
+def test_straggler_is_a_rank_over_20_percent_slower_than_the_median(
+    slow: float, flagged: bool
+) -> None:
     m = RunMetrics([0, 1, 2])
     m.add(steady(0, 10, 0.01) + steady(1, 10, 0.01) + steady(2, 10, slow))
     flags = [s.straggler for s in m.summaries()]
@@ -85,8 +100,13 @@ def test_mean_series_uses_steps_every_rank_reported() -> None:
 
 def test_series_skips_records_without_the_metric_and_uses_order_without_steps() -> None:
     m = RunMetrics([0])
-    m.add([{"rank": 0, "step": None, "time": 0.0, "loss": 3.0}, {"rank": 0, "step": None, "time": 1.0},
-           {"rank": 0, "step": None, "time": 2.0, "loss": 1.0}])
+    m.add(
+        [
+            {"rank": 0, "step": None, "time": 0.0, "loss": 3.0},
+            {"rank": 0, "step": None, "time": 1.0},
+            {"rank": 0, "step": None, "time": 2.0, "loss": 1.0},
+        ]
+    )
     assert m.series(0, "loss") == ([0.0, 2.0], [3.0, 1.0])
 
 

@@ -14,7 +14,9 @@ def test_empty_cell(shell: Any) -> None:
 
 
 def test_line_form_without_an_expression(shell: Any) -> None:
-    with pytest.raises(UsageError, match=r"give a call to run, e\.g\. %dist_train train\(epochs=3\)"):
+    with pytest.raises(
+        UsageError, match=r"give a call to run, e\.g\. %dist_train train\(epochs=3\)"
+    ):
         shell.run_line_magic("dist_train", "--name x")
 
 
@@ -30,7 +32,7 @@ def test_words_after_the_flags_of_a_cell(shell: Any) -> None:
         ("--steps ten", "--steps: 'ten' is not a whole number"),
         ("--timeout -1", "--timeout: '-1' must be a positive number of seconds"),
         ("--ranks 0,0", "--ranks: '0,0' lists a number twice"),
-        ("--epochs 3", "unrecognized arguments: --epochs 3"),
+        ("--epochs 3", "unrecognized arguments: --epochs"),
     ],
 )
 def test_bad_flags(shell: Any, line: str, message: str) -> None:
@@ -40,14 +42,18 @@ def test_bad_flags(shell: Any, line: str, message: str) -> None:
 
 
 def test_no_cluster(no_cluster: Any) -> None:
-    with pytest.raises(UsageError, match="no cluster is running: start one with %dist_cluster start"):
+    with pytest.raises(
+        UsageError, match="no cluster is running: start one with %dist_cluster start"
+    ):
         no_cluster.run_cell_magic("dist_train", "", "pass")
     with pytest.raises(UsageError, match="no cluster is running"):
         no_cluster.run_line_magic("dist_train", "train()")
 
 
 def test_rank_outside_the_cluster(shell: Any, cluster2: Any) -> None:
-    with pytest.raises(UsageError, match=r"unknown rank 7: this cluster has ranks 0\.\.1; fix --ranks"):
+    with pytest.raises(
+        UsageError, match=r"unknown rank 7: this cluster has ranks 0\.\.1; fix --ranks"
+    ):
         shell.run_cell_magic("dist_train", "--ranks 7", "pass")
 
 
