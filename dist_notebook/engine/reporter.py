@@ -16,12 +16,22 @@ import json
 import os
 import threading
 import time
+from collections import deque
 from typing import Any
 
 _lock = threading.Lock()
+BATCH_SECONDS = 0.02  # how often a rank ships its queued records
 
 
 class _Channel:
+    """Encodes records in the caller's thread; a sender thread ships them in batches.
+
+    The training thread only serialises the record (a few microseconds) and appends it
+    to a deque; the sender thread wakes every ``BATCH_SECONDS``, signs the batch and
+    hands it to ZMQ. This keeps ZMQ, HMAC and the per-message wake-ups of the kernel's
+    collector off the training loop (one message per 20 ms instead of one per step).
+    """
+
     def __init__(self, endpoint: str, key: bytes, run_id: str, rank: int) -> None:
         import zmq
 
@@ -35,14 +45,32 @@ class _Channel:
         self.socket.connect(endpoint)
         self.last_time: float | None = None
         self.sent = 0
+        self._queue: deque[str] = deque()
+        self._closing = threading.Event()
+        self._sender = threading.Thread(target=self._run, name="dist-notebook-report", daemon=True)
+        self._sender.start()
 
     def send(self, record: dict[str, Any]) -> None:
-        payload = json.dumps(record, default=_to_number).encode()
-        signature = hmac.new(self.key, payload, hashlib.sha256).digest()
-        self.socket.send_multipart([signature, payload], copy=True)
+        self._queue.append(json.dumps(record, default=_to_number))
         self.sent += 1
 
+    def _ship(self) -> None:
+        items = []
+        while self._queue:
+            items.append(self._queue.popleft())
+        if items:
+            payload = ("[" + ",".join(items) + "]").encode()
+            signature = hmac.new(self.key, payload, hashlib.sha256).digest()
+            self.socket.send_multipart([signature, payload], copy=True)
+
+    def _run(self) -> None:
+        while not self._closing.wait(BATCH_SECONDS):
+            self._ship()
+        self._ship()
+
     def close(self) -> None:
+        self._closing.set()
+        self._sender.join()
         self.socket.close()
 
 

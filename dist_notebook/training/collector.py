@@ -66,9 +66,7 @@ class Collector:
                         frames = self._socket.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    rec = self._verify(frames)
-                    if rec is not None:
-                        batch.append(rec)
+                    batch.extend(self._verify(frames))
             if batch:
                 self.received += len(batch)
                 self.metrics.add(batch)
@@ -78,19 +76,25 @@ class Collector:
                 last_flush = time.monotonic()
         self._flush()
 
-    def _verify(self, frames: list[bytes]) -> dict[str, Any] | None:
+    def _verify(self, frames: list[bytes]) -> list[dict[str, Any]]:
+        """The records of one signed message (a batch or a single record); [] if forged."""
         if len(frames) != 2:
             self.rejected += 1
-            return None
+            return []
         signature, payload = frames
         expected = hmac.new(self.key, payload, hashlib.sha256).digest()
         if not hmac.compare_digest(signature, expected):
             self.rejected += 1
-            return None
+            return []
         try:
-            rec = json.loads(payload)
+            decoded = json.loads(payload)
         except ValueError:
-            rec = None
+            self.rejected += 1
+            return []
+        items = decoded if isinstance(decoded, list) else [decoded]
+        return [rec for rec in map(self._accept, items) if rec is not None]
+
+    def _accept(self, rec: Any) -> dict[str, Any] | None:
         # A record this thread cannot file would stop it, and with it the whole run's
         # metrics: anything but {"run", "rank": int, "time": number, ...} is dropped.
         if (

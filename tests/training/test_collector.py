@@ -110,7 +110,7 @@ def test_report_refuses_a_value_it_cannot_send(collector: Collector) -> None:
         pytest.param(
             lambda key, rec: [hmac.new(key, b"{", hashlib.sha256).digest(), b"{"], id="not-json"
         ),
-        pytest.param(lambda key, rec: signed(key, [1, 2]), id="not-a-record"),
+        pytest.param(lambda key, rec: signed(key, 42), id="not-a-record"),
         pytest.param(
             lambda key, rec: signed(key, {"run": RUN, "step": 1, "time": 1.0}), id="no-rank"
         ),
