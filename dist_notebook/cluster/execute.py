@@ -109,15 +109,19 @@ def run_on_ranks(
     *,
     sink: OutputSink | None = None,
     timeout: float | None = None,
+    on_submit: Callable[[dict[int, Any]], None] | None = None,
 ) -> list[RankOutput]:
     """Execute *code* on *ranks* (all by default) and return one RankOutput per rank.
 
-    *sink* receives output as it arrives (None: collect only). Ctrl-C interrupts every
-    rank. Raises RankError if any rank raised.
+    *sink* receives output as it arrives (None: collect only). *on_submit* receives
+    {rank: future} once the cell is sent (a future is done when that rank is). Ctrl-C
+    interrupts every rank. Raises RankError if any rank raised.
     """
     client = cluster.require_ready()
     targets = cluster.engine_ids(ranks)
     ar = view_of(client, targets).execute(code, silent=False, block=False)
+    if on_submit is not None:
+        on_submit({cluster.rank_of(eid): child for eid, child in zip(targets, ar._children, strict=True)})
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
 
 

@@ -25,6 +25,8 @@ from .plots import RunFigure
 
 MAX_FPS = 4.0
 MAX_BUSY = 0.05  # share of one core the redraws may use
+STALL_AFTER = 5.0  # seconds without a record (at least 10 step times) before "no progress"
+TICK = 1.0  # seconds between refreshes of the text (elapsed, ETA, silent ranks)
 STATE_COLORS = {
     "pending": "#999", "running": "#2ca02c", "done": "#1f77b4", "failed": "#d62728",
     "dead": "#000", "cancelled": "#ff7f0e", "stalled": "#e6a100",
@@ -63,11 +65,25 @@ class Dashboard:
         self._handle: Any = None
         self.metrics.subscribe(self.request_render)
         run.on_state(self.request_render)
+        self._ticker = threading.Thread(target=self._tick, name="dist-notebook-tick", daemon=True)
 
     # --- showing ----------------------------------------------------------------
     def show(self) -> None:
         self.render()
         self._handle = display(self._bundle(final=False), raw=True, display_id=True)
+        self._ticker.start()
+
+    def _tick(self) -> None:
+        """Refresh the text once a second, so a silent (hung) rank shows up without records."""
+        while True:
+            time.sleep(TICK)
+            with self._lock:
+                if self._finished:
+                    return
+            summaries = self.metrics.summaries()
+            with self.widget.hold_sync():
+                self.header.value = self._header_html(summaries)
+                self.table.value = self._table_html(summaries)
 
     def _bundle(self, final: bool) -> dict[str, Any]:
         bundle: dict[str, Any] = {
@@ -136,9 +152,15 @@ class Dashboard:
 
     # --- content ----------------------------------------------------------------
     def rank_state(self, s: RankSummary) -> str:
+        """The rank's run state, or "no progress for T s" when a running rank is silent."""
         state = self.run.rank_states.get(s.rank, "pending")
-        if state == "running" and s.last_time is not None and time.time() - s.last_time > 30:
-            return "stalled"
+        if state != "running":
+            return state
+        if getattr(self.run, "rank_finished", lambda r: False)(s.rank):
+            return "done"
+        silent = time.time() - (s.last_time if s.last_time is not None else self.t0)
+        if silent > max(STALL_AFTER, 10 * (s.step_time or 0.0)):
+            return f"no progress for {silent:.0f} s"
         return state
 
     def _header_html(self, summaries: list[RankSummary]) -> str:
@@ -159,7 +181,7 @@ class Dashboard:
         rows = []
         for s in summaries:
             state = self.rank_state(s)
-            color = STATE_COLORS.get(state, "#999")
+            color = STATE_COLORS.get(state, STATE_COLORS["stalled"])
             style = " style='color:#d62728;font-weight:bold'" if s.straggler else ""
             rows.append(
                 f"<tr data-rank='{s.rank}'{style}><td>{s.rank}</td>"

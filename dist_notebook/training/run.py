@@ -84,8 +84,17 @@ class TrainingRun:
         self._writer = writer
         self._cancelled = threading.Event()
         self._listeners: list[Callable[[], None]] = []
+        self._futures: dict[int, Any] = {}
         self._record("add_run", self.id, name=self.name, cluster_id=cluster.id,
                      ranks=self.ranks, steps=spec.steps, code=spec.code)
+
+    def _track(self, futures: dict[int, Any]) -> None:
+        self._futures = futures
+
+    def rank_finished(self, rank: int) -> bool:
+        """Whether this rank has finished the cell (others may still be running)."""
+        future = self._futures.get(rank)
+        return future is not None and future.done()
 
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -107,7 +116,7 @@ class TrainingRun:
             self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
             try:
                 outputs = run_on_ranks(self.cluster, self.spec.code, self.ranks, sink=sink,
-                                       timeout=self.spec.timeout)
+                                       timeout=self.spec.timeout, on_submit=self._track)
             except RankError as e:
                 error = e
             except KeyboardInterrupt:
