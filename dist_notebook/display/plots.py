@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from ..metrics import RankSummary, RunMetrics
 
+MAX_POINTS = 400  # per line: more points than pixels only costs drawing time
 STRAGGLER = "#d62728"
 NORMAL = "#1f77b4"
 
@@ -43,18 +44,20 @@ class RunFigure:
         self._loss(metrics)
         self._throughput(summaries)
         buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png")
+        # Fast PNG compression: the picture is a few tens of kB either way, and the
+        # default level costs more time than the drawing itself.
+        self.figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
         return buffer.getvalue()
 
     def _loss(self, metrics: RunMetrics) -> None:
         ax = self.loss_ax
         for rank in metrics.ranks:
-            xs, ys = metrics.series(rank, "loss")
+            xs, ys = _thin(*metrics.series(rank, "loss"))
             if xs and rank not in self._lines:
                 (self._lines[rank],) = ax.plot(xs, ys, lw=1, alpha=0.7, label=f"rank {rank}")
             elif rank in self._lines:
                 self._lines[rank].set_data(xs, ys)
-        xs, ys = metrics.mean_series("loss")
+        xs, ys = _thin(*metrics.mean_series("loss"))
         if xs and self._mean is None:
             (self._mean,) = ax.plot(xs, ys, lw=2.2, color="black", label="mean")
         elif self._mean is not None:
@@ -83,3 +86,12 @@ class RunFigure:
             label.set_x(value)
             label.set_text(f" {value:,.0f}/s" if s.samples_per_s else " -")
         ax.set_xlim(0, max(values + [1.0]) * 1.35)
+
+
+def _thin(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """At most MAX_POINTS evenly spaced points, always keeping the latest one."""
+    if len(xs) <= MAX_POINTS:
+        return xs, ys
+    stride = -(-len(xs) // MAX_POINTS)
+    keep = list(range(len(xs) - 1, -1, -stride))[::-1]
+    return [xs[i] for i in keep], [ys[i] for i in keep]
