@@ -197,6 +197,9 @@ class DistCluster:
             await self._teardown()
             self._store_state("failed")
             raise
+        return self._ready(t0)
+
+    def _ready(self, t0: float) -> DistCluster:
         self.state = ClusterState.READY
         self.start_seconds = time.perf_counter() - t0
         self._store_state("ready")
@@ -229,10 +232,7 @@ class DistCluster:
             self.state = ClusterState.FAILED
             self._store_state("failed")
             raise
-        self.state = ClusterState.READY
-        self.start_seconds = time.perf_counter() - t0
-        self._store_state("ready")
-        return self
+        return self._ready(t0)
 
     def restart_sync(self, everything: bool = False) -> DistCluster:
         return run_sync(self.restart(everything))
