@@ -25,6 +25,7 @@ from enum import Enum
 from typing import Any
 
 import ipyparallel as ipp
+import psutil
 
 from ..engine import group
 from ..store import StoreError, StoreWriter
@@ -167,6 +168,11 @@ class DistCluster:
         if ranks and self.state == ClusterState.READY:
             self.state = ClusterState.DEGRADED
             self._store_state("degraded")
+
+    def require_client(self) -> ipp.Client:
+        if self.client is None:
+            raise ClusterError("no cluster is running: run %dist_cluster start")
+        return self.client
 
     def require_ready(self) -> ipp.Client:
         if self.state != ClusterState.READY or self.client is None:
@@ -445,6 +451,7 @@ class DistCluster:
         if self._store is None:
             try:
                 self._store = StoreWriter()
+                self._store.close_orphans(lambda pid: psutil.pid_exists(pid) and pid != 0)
             except StoreError as e:
                 log.warning("%s; cluster state will not be recorded", e)
                 return None

@@ -132,9 +132,13 @@ def apply_on_ranks(
     ranks: list[int] | None = None,
     sink: OutputSink | None = None,
     timeout: float | None = None,
+    degraded_ok: bool = False,
 ) -> list[RankOutput]:
-    """Call ``fn(*args)`` on *ranks*; each RankOutput's ``value`` is that rank's return."""
-    client = cluster.require_ready()
+    """Call ``fn(*args)`` on *ranks*; each RankOutput's ``value`` is that rank's return.
+
+    *degraded_ok*: also when a rank has died (for clean-up on the survivors).
+    """
+    client = cluster.require_client() if degraded_ok else cluster.require_ready()
     targets = cluster.engine_ids(ranks)
     ar = view_of(client, targets).apply_async(fn, *args)
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
@@ -211,9 +215,13 @@ def _died(cluster: Any, ar: Any, streams: list[_Stream], dead: dict[int, str]) -
         where = f"pid {r.pid}, host {r.host}" if r else "unknown process"
         message = f"rank {rank} ({where}) died: {how}; run %dist_cluster restart to replace it"
         failures.append(RankOutput(rank=rank, error=RemoteError("RankDied", message, "")))
-    for md, stream in zip(ar._metadata, streams, strict=True):
-        if stream.rank not in dead and md.get("error") is not None:
-            failures.append(RankOutput(rank=stream.rank, error=md["error"]))
+    for md, child, stream in zip(ar._metadata, ar._children, streams, strict=True):
+        # The reply can be in before its error is in the metadata: take either.
+        error = md.get("error")
+        if error is None and child.done() and isinstance(child.exception(), RemoteError):
+            error = child.exception()
+        if stream.rank not in dead and error is not None:
+            failures.append(RankOutput(rank=stream.rank, error=error))
     return RankError(failures, [s.rank for s in streams])
 
 

@@ -60,12 +60,22 @@ class Release:
         done = self._done() if done is None else done
         if not done or len(done) == len(self.targets):
             return
-        self.released = True
-        idle = [self.targets[i] for i in done]
         client = self.cluster.client
-        if client is not None:
-            ports = sorted(getattr(self.cluster, "pair_ports", ()))
-            client[idle].apply_async(group.sever, ports).wait(5)
+        if client is None:
+            return
+        # A dead rank's call is done too (ipyparallel failed it): never address it, its
+        # engine may already be gone from the client.
+        dead, registered = self.dead(), set(client.ids)
+        idle = [
+            self.targets[i]
+            for i in done
+            if self.targets[i] in registered and self.cluster.rank_of(self.targets[i]) not in dead
+        ]
+        if not idle:
+            return
+        self.released = True
+        ports = sorted(getattr(self.cluster, "pair_ports", ()))
+        client[idle].apply_async(group.sever, ports).wait(5)
 
 
 def _failed(md: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ stopped process cannot run a signal handler: it is reported as stopped instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -25,6 +26,20 @@ def _size(path: str) -> int:
         return 0
 
 
+def _stopped_text(pid: int) -> str:
+    return f"process {pid} is stopped (SIGSTOP): it cannot run any code"
+
+
+def _silent(cluster: Any, rank: int) -> str:
+    pid = next(r.pid for r in cluster.ranks if r.rank == rank)
+    try:
+        if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
+            return _stopped_text(pid)
+    except psutil.NoSuchProcess:
+        return f"process {pid} is gone"
+    return "no answer to SIGUSR1 within the wait"
+
+
 def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
     """{rank: stack text (or why there is none)} for every rank of a local cluster."""
     directory = cluster.stack_dir
@@ -38,10 +53,12 @@ def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
             report[info.rank] = f"process {info.pid} is gone"
             continue
         if status == psutil.STATUS_STOPPED:
-            report[info.rank] = f"process {info.pid} is stopped (SIGSTOP): it cannot run any code"
+            report[info.rank] = _stopped_text(info.pid)
             continue
         pending[info.rank] = (path, _size(path))
-        os.kill(info.pid, signal.SIGUSR1)
+        # A process that ended since the look above is reported as gone below.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(info.pid, signal.SIGUSR1)
     deadline = time.monotonic() + wait
     while pending and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -53,5 +70,7 @@ def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
                     report[rank] = f.read()
                 del pending[rank]
     for rank in pending:
-        report[rank] = "no answer to SIGUSR1 within the wait"
+        # A process stopped after the first look (or while it was being stopped) queues
+        # the signal without running the handler: say it is stopped, not silent.
+        report[rank] = _silent(cluster, rank)
     return dict(sorted(report.items()))

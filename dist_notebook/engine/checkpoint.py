@@ -16,6 +16,7 @@ renames, so a crash never leaves a half-written checkpoint behind.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import re
@@ -55,12 +56,10 @@ def _rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
-    try:
+    if importlib.util.find_spec("numpy") is not None:
         import numpy
 
         state["numpy"] = numpy.random.get_state()
-    except ImportError:
-        pass
     return state
 
 

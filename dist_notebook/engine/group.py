@@ -17,6 +17,7 @@ from typing import Any
 # The store object must outlive the group that uses it (NCCL exchanges its unique id
 # through the store at the first collective), so rank 0 keeps the latest one here.
 _master_store: Any = None
+_master_socket: socket.socket | None = None
 
 
 def rank_info() -> dict[str, Any]:
@@ -36,13 +37,25 @@ def rank_info() -> dict[str, Any]:
 
 def host_store(addr: str, timeout_s: float) -> int:
     """On rank 0: start a fresh TCPStore server on a free port and return that port."""
-    global _master_store
+    global _master_store, _master_socket
     from torch.distributed import TCPStore
 
+    # TCPStore alone listens on every interface; a socket bound to the cluster's
+    # address (loopback by default) and handed over keeps it there.
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.bind((addr, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
     store = TCPStore(
-        addr, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s)
+        addr,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_s),
+        master_listen_fd=sock.fileno(),
     )
-    _master_store = store
+    _master_store, _master_socket = store, sock  # the socket must live as long as the store
     return int(store.port)
 
 

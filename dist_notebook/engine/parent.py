@@ -10,26 +10,37 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 
 ENV_VAR = "DIST_NOTEBOOK_PARENT_PID"
 
 
-def _watch(parent: int, period: float) -> None:
+def _watch(parent: int, period: float, before_exit: Callable[[], None] | None) -> None:
     while True:
         # Re-parenting (to init or a subreaper) means the parent has exited.
         if os.getppid() != parent:
-            os._exit(3)
+            try:
+                if before_exit is not None:
+                    before_exit()
+            finally:
+                os._exit(3)
         time.sleep(period)
 
 
-def watch_parent(period: float = 0.25) -> bool:
-    """Start the watcher when the environment names our parent; return whether it runs."""
+def watch_parent(period: float = 0.25, before_exit: Callable[[], None] | None = None) -> bool:
+    """Start the watcher when the environment names our parent; return whether it runs.
+
+    *before_exit* runs once the parent is gone, just before this process ends.
+    """
     value = os.environ.get(ENV_VAR)
     if not value or int(value) != os.getppid():
         # Started by another launcher (MPI, SSH, Slurm): that launcher owns our lifetime.
         return False
     thread = threading.Thread(
-        target=_watch, args=(int(value), period), name="dist-notebook-parent-watch", daemon=True
+        target=_watch,
+        args=(int(value), period, before_exit),
+        name="dist-notebook-parent-watch",
+        daemon=True,
     )
     thread.start()
     return True

@@ -93,6 +93,9 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(path, timeout=5.0, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA busy_timeout = 5000")
+        # Reads the file's header: a file that is not a database fails here, at open,
+        # with the message below, not later in the middle of a query.
+        conn.execute("PRAGMA schema_version").fetchone()
         if create:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")

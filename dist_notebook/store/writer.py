@@ -6,12 +6,18 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .location import store_path
 from .schema import StoreError, connect
+
+# How long a write waits for another program's lock: normally (writes of other kernels
+# take milliseconds), and while the store is known to be held (so a locked store delays
+# each write of a run by 0.1 s, not 5 s, until a write gets through again).
+BUSY_MS = 5000
+BUSY_MS_WHILE_LOCKED = 100
 
 
 class StoreWriter:
@@ -21,6 +27,7 @@ class StoreWriter:
         self.path = path or store_path()
         self._conn = connect(self.path, create=True)
         self._lock = threading.Lock()
+        self._busy_ms = BUSY_MS
 
     def close(self) -> None:
         with self._lock:
@@ -32,7 +39,13 @@ class StoreWriter:
     def _many(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
         try:
             with self._lock:
-                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as e:
+                    if "locked" in str(e) or "busy" in str(e):
+                        self._set_busy(BUSY_MS_WHILE_LOCKED)
+                    raise
+                self._set_busy(BUSY_MS)
                 try:
                     for sql, params in statements:
                         self._conn.execute(sql, params)
@@ -46,7 +59,39 @@ class StoreWriter:
                 "hold it locked, or the disk is full"
             ) from e
 
+    def _set_busy(self, ms: int) -> None:
+        if ms != self._busy_ms:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+            self._busy_ms = ms
+
     # clusters ---------------------------------------------------------------
+    def close_orphans(self, alive: Callable[[int], bool]) -> int:
+        """Mark clusters (and their runs) whose kernel is gone as stopped (failed).
+
+        A kernel killed mid-run cannot record the end of its cluster or run; the next
+        kernel that opens the store does, so history never shows them running forever.
+        *alive(pid)* says whether a kernel pid still runs. Returns how many were closed.
+        """
+        rows = self._conn.execute(
+            "SELECT id, kernel_pid FROM clusters WHERE state NOT IN ('stopped', 'failed')"
+        ).fetchall()
+        gone = [r["id"] for r in rows if r["kernel_pid"] and not alive(r["kernel_pid"])]
+        now = time.time()
+        stmts: list[tuple[str, Sequence[Any]]] = []
+        for cluster_id in gone:
+            stmts += [
+                ("UPDATE clusters SET state = 'stopped', stopped = ? WHERE id = ?", (now, cluster_id)),
+                ("UPDATE ranks SET state = 'stopped' WHERE cluster_id = ?", (cluster_id,)),
+                (
+                    "UPDATE runs SET state = 'failed', ended = ?, error = 'the kernel exited"
+                    " during the run' WHERE cluster_id = ? AND state IN ('pending', 'running')",
+                    (now, cluster_id),
+                ),
+            ]
+        if stmts:
+            self._many(stmts)
+        return len(gone)
+
     def add_cluster(
         self,
         cluster_id: str,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
 from ..engine import training as engine_training
 from ..metrics import RunMetrics
@@ -121,6 +122,9 @@ class TrainingRun:
                 error = e
             except KeyboardInterrupt:
                 interrupted = True
+            except TimeoutError:
+                # --timeout: every rank was interrupted; the run counts as cancelled.
+                interrupted = True
         finally:
             self._finish_channel(collector)
         return self._conclude(outputs, error, interrupted, collector)
@@ -137,11 +141,16 @@ class TrainingRun:
         }
 
     def _finish_channel(self, collector: Collector) -> None:
+        # A dead rank cannot confirm its last records: close the survivors' channels.
+        dead = self.cluster.dead_ranks()
+        alive = [r for r in self.ranks if r not in dead]
         try:
-            apply_on_ranks(self.cluster, engine_training.end_run, ranks=self.ranks, timeout=30)
-        except (RankError, TimeoutError) as e:
+            if alive:
+                apply_on_ranks(self.cluster, engine_training.end_run, ranks=alive, timeout=30,
+                               degraded_ok=True)
+        except (RankError, TimeoutError, ClusterError) as e:
             log.warning("closing the metrics channel: %s", e)
-        missing = collector.wait_for_ends(set(self.ranks), timeout=10)
+        missing = collector.wait_for_ends(set(alive), timeout=10)
         if missing:
             log.warning("ranks %s did not confirm their last records", sorted(missing))
         collector.close()

@@ -152,3 +152,22 @@ def test_another_process_reads_while_the_kernel_writes(writer: StoreWriter) -> N
     assert len(seen) > 2
     assert all(n % per_batch == 0 for n in seen)
     assert seen == sorted(seen)
+
+
+def test_clusters_of_a_dead_kernel_are_closed_with_their_runs(writer: StoreWriter) -> None:
+    for cluster_id, pid in (("gone", 11), ("live", 22)):
+        writer.add_cluster(
+            cluster_id, n=2, backend="gloo", kernel_pid=pid, profile_dir="p", ipp_cluster_id="i"
+        )
+        writer.set_cluster_state(cluster_id, "ready")
+        writer.add_run(f"run-{cluster_id}", name=cluster_id, cluster_id=cluster_id,
+                       ranks=[0, 1], steps=None, code="")
+        writer.set_run_state(f"run-{cluster_id}", "running")
+    assert writer.close_orphans(lambda pid: pid == 22) == 1
+    reader = StoreReader(writer.path)
+    assert reader.cluster("gone")["state"] == "stopped"
+    assert reader.run("run-gone")["state"] == "failed"
+    assert "kernel exited" in reader.run("run-gone")["error"]
+    assert reader.cluster("live")["state"] == "ready"
+    assert reader.run("run-live")["state"] == "running"
+    assert writer.close_orphans(lambda pid: pid == 22) == 0
