@@ -38,9 +38,9 @@ test: venv ext-build chromium
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/magics tests/integration tests/training
 
-lint: venv
+lint: venv ext-lint
 	$(VENV)/bin/ruff check dist_notebook tests bench
-	$(VENV)/bin/ruff format --check dist_notebook
+	$(VENV)/bin/ruff format --check dist_notebook tests
 	$(VENV)/bin/mypy
 
 bench: venv

@@ -1,7 +1,7 @@
 """dist-notebook: interactive distributed PyTorch training from Jupyter.
 
-    %load_ext dist_notebook
-    %dist_cluster start -n 2 --cpu
+%load_ext dist_notebook
+%dist_cluster start -n 2 --cpu
 """
 
 from .cluster import ClusterSpec, DistCluster

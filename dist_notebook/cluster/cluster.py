@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -30,7 +30,7 @@ import psutil
 from ..engine import group
 from ..store import StoreError, StoreWriter
 from . import registry
-from .launchers import OurControllerLauncher, RankEngineSetLauncher, REMOTE_ENGINE_LAUNCHERS
+from .launchers import REMOTE_ENGINE_LAUNCHERS, OurControllerLauncher, RankEngineSetLauncher
 from .loop import run_sync
 from .spec import ClusterSpec
 
@@ -116,9 +116,7 @@ class DistCluster:
         wanted = sorted(by_rank) if ranks is None else ranks
         missing = [r for r in wanted if r not in by_rank]
         if missing:
-            raise ClusterError(
-                f"unknown rank {missing[0]}: this cluster has ranks 0..{self.n - 1}"
-            )
+            raise ClusterError(f"unknown rank {missing[0]}: this cluster has ranks 0..{self.n - 1}")
         return [by_rank[r] for r in wanted]
 
     def rank_of(self, engine_id: int) -> int:
@@ -162,7 +160,9 @@ class DistCluster:
                 if writer:
                     try:
                         writer.set_rank_state(self.id, info.rank, "dead")
-                        writer.add_event("rank-died", ranks[info.rank], cluster_id=self.id, rank=info.rank)
+                        writer.add_event(
+                            "rank-died", ranks[info.rank], cluster_id=self.id, rank=info.rank
+                        )
                     except StoreError as e:
                         log.warning("%s", e)
         if ranks and self.state == ClusterState.READY:
@@ -356,7 +356,8 @@ class DistCluster:
             if time.monotonic() > deadline:
                 raise ClusterError(
                     f"only {seen} of {count} engines registered within "
-                    f"{self.spec.start_timeout:.0f} s; see the engine logs in {self.profile_dir}/log"
+                    f"{self.spec.start_timeout:.0f} s; see the engine logs in "
+                    f"{self.profile_dir}/log"
                 )
             await asyncio.sleep(0.05)
 
@@ -384,7 +385,9 @@ class DistCluster:
             ranks.append(RankInfo(rank, eid, info["host"], info["pid"], info["device"]))
         ranks.sort(key=lambda r: r.rank)
         if [r.rank for r in ranks] != list(range(self.n)):
-            raise ClusterError(f"engines report ranks {[r.rank for r in ranks]}, not 0..{self.n - 1}")
+            raise ClusterError(
+                f"engines report ranks {[r.rank for r in ranks]}, not 0..{self.n - 1}"
+            )
         self.ranks = ranks
         await self.init_group()
 

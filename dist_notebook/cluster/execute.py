@@ -121,7 +121,9 @@ def run_on_ranks(
     targets = cluster.engine_ids(ranks)
     ar = view_of(client, targets).execute(code, silent=False, block=False)
     if on_submit is not None:
-        on_submit({cluster.rank_of(eid): child for eid, child in zip(targets, ar._children, strict=True)})
+        on_submit(
+            {cluster.rank_of(eid): child for eid, child in zip(targets, ar._children, strict=True)}
+        )
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
 
 
@@ -196,8 +198,9 @@ def follow(
         raise
 
 
-def _interrupt(cluster: Any, ar: Any, ranks: list[int] | None, release: Release,
-               streams: list[_Stream]) -> None:
+def _interrupt(
+    cluster: Any, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
+) -> None:
     """SIGINT every rank; free those still blocked in a collective with an idle one."""
     cluster.interrupt(ranks)
     if not ar.wait(1):

@@ -18,7 +18,9 @@ def run_script(
     and our group is re-created afterwards, so the ranks' Python state is kept.
     """
     apply_on_ranks(cluster, group.destroy_group)
-    port = apply_on_ranks(cluster, group.host_store, cluster.spec.ip, cluster.spec.timeout, ranks=[0])[0].value
+    port = apply_on_ranks(
+        cluster, group.host_store, cluster.spec.ip, cluster.spec.timeout, ranks=[0]
+    )[0].value
     apply_on_ranks(cluster, group.export_rendezvous, cluster.spec.ip, port)
     try:
         outputs = apply_on_ranks(cluster, script.run_script, path, argv, sink=sink)

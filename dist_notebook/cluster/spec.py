@@ -35,24 +35,36 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
-            raise ClusterConfigError(f"-n must be a whole number of ranks, 1 or more (got {self.n!r})")
+            raise ClusterConfigError(
+                f"-n must be a whole number of ranks, 1 or more (got {self.n!r})"
+            )
         if self.gpus and len(self.gpus) != self.n:
             raise ClusterConfigError(
                 f"{self.n} ranks but {len(self.gpus)} GPUs listed ({_ids(self.gpus)}): "
                 f"give one GPU per rank, e.g. --gpus {_ids(range(self.n))}, or drop -n"
             )
         if len(set(self.gpus)) != len(self.gpus):
-            raise ClusterConfigError(f"--gpus lists a GPU twice ({_ids(self.gpus)}): one GPU per rank")
+            raise ClusterConfigError(
+                f"--gpus lists a GPU twice ({_ids(self.gpus)}): one GPU per rank"
+            )
         if self.backend not in BACKENDS:
-            raise ClusterConfigError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+            raise ClusterConfigError(
+                f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})"
+            )
         if self.backend == "nccl" and not self.gpus:
-            raise ClusterConfigError("--backend nccl needs GPUs: pass --gpus, or use --backend gloo for CPU ranks")
+            raise ClusterConfigError(
+                "--backend nccl needs GPUs: pass --gpus, or use --backend gloo for CPU ranks"
+            )
         if not self.timeout > 0:
-            raise ClusterConfigError(f"--timeout must be a positive number of seconds (got {self.timeout!r})")
+            raise ClusterConfigError(
+                f"--timeout must be a positive number of seconds (got {self.timeout!r})"
+            )
         if self.threads is not None and self.threads < 1:
             raise ClusterConfigError(f"--threads must be 1 or more (got {self.threads!r})")
         if self.launcher not in LAUNCHERS:
-            raise ClusterConfigError(f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})")
+            raise ClusterConfigError(
+                f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})"
+            )
 
     @property
     def resolved_backend(self) -> str:

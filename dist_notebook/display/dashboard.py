@@ -29,8 +29,13 @@ MAX_PICTURE_FPS = 4.0
 STALL_AFTER = 5.0  # seconds without a record (at least 10 step times) before "no progress"
 TICK = 1.0  # seconds between refreshes of the text (elapsed, ETA, silent ranks)
 STATE_COLORS = {
-    "pending": "#999", "running": "#2ca02c", "done": "#1f77b4", "failed": "#d62728",
-    "dead": "#000", "cancelled": "#ff7f0e", "stalled": "#e6a100",
+    "pending": "#999",
+    "running": "#2ca02c",
+    "done": "#1f77b4",
+    "failed": "#d62728",
+    "dead": "#000",
+    "cancelled": "#ff7f0e",
+    "stalled": "#e6a100",
 }
 
 
@@ -64,7 +69,9 @@ class Dashboard:
         self.table = widgets.HTML()
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(self._on_stop)
-        self.widget = widgets.VBox([widgets.HBox([self.header, self.stop_button]), self.image, self.table])
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.header, self.stop_button]), self.image, self.table]
+        )
         self._handle: Any = None
         self.metrics.subscribe(self.request_render)
         run.on_state(self.request_render)
@@ -91,7 +98,9 @@ class Dashboard:
     def _bundle(self, final: bool) -> dict[str, Any]:
         bundle: dict[str, Any] = {
             "application/vnd.jupyter.widget-view+json": {
-                "version_major": 2, "version_minor": 0, "model_id": self.widget.model_id,
+                "version_major": 2,
+                "version_minor": 0,
+                "model_id": self.widget.model_id,
             },
             "text/plain": self.text_summary(),
         }
@@ -180,7 +189,8 @@ class Dashboard:
 
     def _header_html(self, summaries: list[RankSummary]) -> str:
         elapsed = time.time() - self.t0
-        text = f"<b>{html.escape(self.run.name)}</b> &nbsp; {self.run.state.value} &nbsp; {elapsed:.1f} s"
+        name, state = html.escape(self.run.name), self.run.state.value
+        text = f"<b>{name}</b> &nbsp; {state} &nbsp; {elapsed:.1f} s"
         steps = [s.last_step for s in summaries if s.last_step is not None]
         if steps:
             step = min(steps)
@@ -207,8 +217,10 @@ class Dashboard:
                 f"<td>{_fmt(s.comm_share and s.comm_share * 100, '{:.0f}%')}</td>"
                 f"<td>{'straggler' if s.straggler else ''}</td></tr>"
             )
-        head = ("<tr><th>rank</th><th>state</th><th>step</th><th>loss</th><th>samples/s</th>"
-                "<th>step ms</th><th>comm</th><th></th></tr>")
+        head = (
+            "<tr><th>rank</th><th>state</th><th>step</th><th>loss</th><th>samples/s</th>"
+            "<th>step ms</th><th>comm</th><th></th></tr>"
+        )
         return f"<table class='dist-notebook-ranks'>{head}{''.join(rows)}</table>"
 
     def text_summary(self) -> str:
@@ -222,8 +234,10 @@ class Dashboard:
 
     def static_html(self) -> str:
         png = base64.b64encode(self.image.value).decode()
-        return (f"<div class='dist-notebook-run'><div>{self.header.value}</div>"
-                f"<img src='data:image/png;base64,{png}'/>{self.table.value}</div>")
+        return (
+            f"<div class='dist-notebook-run'><div>{self.header.value}</div>"
+            f"<img src='data:image/png;base64,{png}'/>{self.table.value}</div>"
+        )
 
     def _on_stop(self, _button: Any) -> None:
         self.stop_button.disabled = True

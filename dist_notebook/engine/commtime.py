@@ -97,7 +97,7 @@ def install() -> None:
         _original_init(self, *args, **kwargs)
         _instrument(self)
 
-    DDP.__init__ = __init__
+    DDP.__init__ = __init__  # type: ignore[method-assign]
     add_step_hook(comm_metrics)
 
 
@@ -108,7 +108,7 @@ def uninstall() -> None:
     from .reporter import remove_step_hook
 
     if _original_init is not None:
-        DDP.__init__ = _original_init
+        DDP.__init__ = _original_init  # type: ignore[method-assign]
         _original_init = None
     remove_step_hook(comm_metrics)
     with _lock:

@@ -109,7 +109,9 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
     probe = torch.ones(1, device=device)
     dist.all_reduce(probe)
     if int(probe.item()) != world:
-        raise RuntimeError(f"process group check failed: all_reduce gave {probe.item()}, not {world}")
+        raise RuntimeError(
+            f"process group check failed: all_reduce gave {probe.item()}, not {world}"
+        )
     _publish_names(rank, world, device)
     # The ports this group's transport listens on (gloo's pairs), for sever() later.
     ports = sorted(_listening_ports() - listening_before)
@@ -158,7 +160,6 @@ def _publish_names(rank: int, world: int, device: Any) -> None:
     """Put the names every cell expects into the engine's interactive namespace."""
     import torch
     import torch.distributed as dist
-
     from IPython import get_ipython
 
     from .checkpoint import checkpointer

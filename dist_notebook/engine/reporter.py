@@ -38,7 +38,7 @@ class _Channel:
         self.run_id = run_id
         self.rank = rank
         self.key = key
-        self.socket = zmq.Context.instance().socket(zmq.PUSH)
+        self.socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.PUSH)
         self.socket.setsockopt(zmq.SNDHWM, 0)
         # On close, keep trying to deliver what is queued for up to 10 s.
         self.socket.setsockopt(zmq.LINGER, 10_000)
@@ -128,7 +128,12 @@ def report(step: int | None = None, **metrics: Any) -> None:
     if channel is None:
         return
     now = time.time()
-    record: dict[str, Any] = {"run": channel.run_id, "rank": channel.rank, "step": step, "time": now}
+    record: dict[str, Any] = {
+        "run": channel.run_id,
+        "rank": channel.rank,
+        "step": step,
+        "time": now,
+    }
     if channel.last_time is not None:
         record["step_time"] = now - channel.last_time
     channel.last_time = now

@@ -7,7 +7,9 @@ from typing import Any
 from . import checkpoint, commtime, reporter
 
 
-def begin_run(endpoint: str, key: bytes, run_id: str, checkpoints: dict[str, Any] | None = None) -> None:
+def begin_run(
+    endpoint: str, key: bytes, run_id: str, checkpoints: dict[str, Any] | None = None
+) -> None:
     reporter.open_channel(endpoint, key, run_id)
     commtime.install()
     checkpoint.configure(**(checkpoints or {"every": None, "directory": None, "resume": False}))

@@ -25,7 +25,9 @@ class MagicParser(argparse.ArgumentParser):
         try:
             words = _split(line, keep_quotes)
         except ValueError as e:
-            raise UsageError(f"{self.prog}: cannot read the arguments ({e}); check the quotes") from None
+            raise UsageError(
+                f"{self.prog}: cannot read the arguments ({e}); check the quotes"
+            ) from None
         args = self.parse_args(words)
         if args.help:
             raise UsageError(self.format_help())

@@ -24,16 +24,25 @@ def _parser() -> MagicParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpus", type=int_list, help="GPU ids, one per rank, e.g. 0,1")
     where.add_argument("--cpu", action="store_true", help="CPU ranks (gloo) even if GPUs exist")
-    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend")
-    p.add_argument("--timeout", type=positive_float, default=30.0, help="collective timeout, seconds")
+    p.add_argument(
+        "--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend"
+    )
+    p.add_argument(
+        "--timeout", type=positive_float, default=30.0, help="collective timeout, seconds"
+    )
     p.add_argument("--threads", type=positive_int, help="threads per rank (default: cores / ranks)")
     p.add_argument("--ip", default="127.0.0.1", help="interface to listen on (default loopback)")
-    p.add_argument("--auto-restart", action="store_true",
-                   help="replace a rank's engine by itself when it dies")
-    p.add_argument("--all", action="store_true",
-                   help="with restart: replace every engine, not only dead ones")
     p.add_argument(
-        "--launcher", default="local", choices=("local", "mpi", "ssh", "slurm"), help="ipyparallel launcher"
+        "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
+    )
+    p.add_argument(
+        "--all", action="store_true", help="with restart: replace every engine, not only dead ones"
+    )
+    p.add_argument(
+        "--launcher",
+        default="local",
+        choices=("local", "mpi", "ssh", "slurm"),
+        help="ipyparallel launcher",
     )
     return p
 
@@ -43,7 +52,9 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
     gpus: tuple[int, ...] = ()
     if args.gpus is not None:
         if not gpus_here:
-            raise UsageError("--gpus was given but no GPU is visible here: use --cpu (gloo) instead")
+            raise UsageError(
+                "--gpus was given but no GPU is visible here: use --cpu (gloo) instead"
+            )
         unknown = [g for g in args.gpus if g not in gpus_here]
         if unknown:
             raise UsageError(
@@ -59,7 +70,9 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
             )
         gpus = tuple(gpus_here[:count])
     if args.backend == "nccl" and not gpus:
-        raise UsageError("--backend nccl needs GPUs: none is in use here; use --backend gloo or --cpu")
+        raise UsageError(
+            "--backend nccl needs GPUs: none is in use here; use --backend gloo or --cpu"
+        )
     n = args.n or (len(gpus) if gpus else 2)
     try:
         return ClusterSpec(

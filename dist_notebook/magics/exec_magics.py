@@ -21,7 +21,9 @@ def _dist_parser() -> MagicParser:
     p = MagicParser("%%dist", description="Run the cell on every rank (or the listed ones).")
     p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,2")
     p.add_argument("--no-stream", action="store_true", help="show output at the end, folded")
-    p.add_argument("--timeout", type=positive_float, help="interrupt the ranks after this many seconds")
+    p.add_argument(
+        "--timeout", type=positive_float, help="interrupt the ranks after this many seconds"
+    )
     return p
 
 
@@ -66,10 +68,13 @@ class ExecMagics(Magics):
         names = line.split()
         if not names:
             raise UsageError("%dist_push: name the variables to send, e.g. %dist_push lr config")
+        assert self.shell is not None
         ns = self.shell.user_ns
         missing = [n for n in names if n not in ns]
         if missing:
-            raise UsageError(f"%dist_push: no variable named {missing[0]!r} in the notebook; define it first")
+            raise UsageError(
+                f"%dist_push: no variable named {missing[0]!r} in the notebook; define it first"
+            )
         cluster = self.session.ready_cluster()
         push(cluster, {n: ns[n] for n in names})
 
@@ -80,7 +85,11 @@ class ExecMagics(Magics):
         args = self.pull_parser.parse_line(line, keep_quotes=True)
         cluster = self.session.ready_cluster()
         expression = " ".join(args.expression)
-        ranks = list(range(cluster.n)) if args.all else check_ranks([args.rank], cluster.n, flag="--rank")
+        ranks = (
+            list(range(cluster.n))
+            if args.all
+            else check_ranks([args.rank], cluster.n, flag="--rank")
+        )
         assert ranks is not None
         values = pull(cluster, expression, ranks)
         return values if args.all else values[ranks[0]]
@@ -93,7 +102,9 @@ class ExecMagics(Magics):
         try:
             words = shlex.split(line)
         except ValueError as e:
-            raise UsageError(f"%dist_run: cannot read the arguments ({e}); check the quotes") from None
+            raise UsageError(
+                f"%dist_run: cannot read the arguments ({e}); check the quotes"
+            ) from None
         if not words:
             raise UsageError("%dist_run: name a script, e.g. %dist_run train.py --epochs 2")
         path = os.path.abspath(os.path.expanduser(words[0]))
@@ -101,11 +112,13 @@ class ExecMagics(Magics):
             raise UsageError(f"%dist_run: script not found: {words[0]} (looked in {os.getcwd()})")
         cluster = self.session.ready_cluster()
         statuses = run_script(cluster, path, words[1:], sink=LabelledPrinter())
-        rows = [(rank, code, "ok" if code == 0 else "failed") for rank, code in sorted(statuses.items())]
+        rows = [
+            (rank, code, "ok" if code == 0 else "failed") for rank, code in sorted(statuses.items())
+        ]
         print(repr(Table(("rank", "exit", "status"), rows, f"{os.path.basename(path)}")))
         failed = [r for r, c in statuses.items() if c != 0]
         if failed:
             raise UsageError(
-                f"{os.path.basename(path)} failed on rank {failed[0]} (exit {statuses[failed[0]]}); "
-                "see its output above"
+                f"{os.path.basename(path)} failed on rank {failed[0]} "
+                f"(exit {statuses[failed[0]]}); see its output above"
             )

@@ -75,7 +75,9 @@ def show_results(outputs: Sequence[Any]) -> None:
 class Table:
     """A small table shown as HTML in a notebook and as text elsewhere."""
 
-    def __init__(self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> None:
+    def __init__(
+        self, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = ""
+    ) -> None:
         self.columns = list(columns)
         self.rows = [[str(v) for v in row] for row in rows]
         self.title = title

@@ -26,11 +26,18 @@ def _train_parser() -> MagicParser:
     p.add_argument("--steps", type=positive_int, help="total steps, for progress and ETA")
     p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,1")
     p.add_argument("--no-dashboard", action="store_true", help="no live widgets, text only")
-    p.add_argument("--background", action="store_true",
-                   help="return at once; the run goes on and the dashboard follows it")
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="return at once; the run goes on and the dashboard follows it",
+    )
     p.add_argument("--timeout", type=positive_float, help="stop the run after this many seconds")
-    p.add_argument("--checkpoint-every", type=positive_int, metavar="N",
-                   help="save a checkpoint every N steps (use checkpointer() in the cell)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        metavar="N",
+        help="save a checkpoint every N steps (use checkpointer() in the cell)",
+    )
     p.add_argument("--checkpoint-dir", metavar="DIR", help="where (default: checkpoints/NAME)")
     p.add_argument("--resume", action="store_true", help="start from the latest checkpoint")
     return p
@@ -82,7 +89,9 @@ class TrainMagics(Magics):
         args = self.parser.parse_line(flags)
         if cell is None:
             if not expression:
-                raise UsageError("%dist_train: give a call to run, e.g. %dist_train train(epochs=3)")
+                raise UsageError(
+                    "%dist_train: give a call to run, e.g. %dist_train train(epochs=3)"
+                )
             code = expression
         else:
             if expression:
@@ -97,10 +106,16 @@ class TrainMagics(Magics):
                 "%%dist_train: checkpoints need a stable place: give --name NAME "
                 "(or --checkpoint-dir DIR) so a later --resume finds them"
             )
-        spec = RunSpec(code=code, name=args.name or "", steps=args.steps,
-                       ranks=tuple(ranks) if ranks else None, timeout=args.timeout,
-                       checkpoint_every=args.checkpoint_every, checkpoint_dir=args.checkpoint_dir,
-                       resume=args.resume)
+        spec = RunSpec(
+            code=code,
+            name=args.name or "",
+            steps=args.steps,
+            ranks=tuple(ranks) if ranks else None,
+            timeout=args.timeout,
+            checkpoint_every=args.checkpoint_every,
+            checkpoint_dir=args.checkpoint_dir,
+            resume=args.resume,
+        )
         run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
         if not args.no_dashboard:
@@ -110,8 +125,12 @@ class TrainMagics(Magics):
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
         if args.background:
-            thread = threading.Thread(target=self._execute, args=(run, dashboard, False),
-                                      name=f"dist-train-{run.id}", daemon=True)
+            thread = threading.Thread(
+                target=self._execute,
+                args=(run, dashboard, False),
+                name=f"dist-train-{run.id}",
+                daemon=True,
+            )
             thread.start()
             print(f"run {run.name} ({run.id}) started in the background")
             return None
@@ -126,8 +145,10 @@ class TrainMagics(Magics):
             # Set last: whoever waits on last_result (a background run) sees the final picture.
             self.last_result = result
         took = result.ended - result.started
-        print(f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
-              f"{result.records} records")
+        print(
+            f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
+            f"{result.records} records"
+        )
         if result.state == RunState.FAILED:
             self.session.after_failure()
         if result.state == RunState.FAILED and result.error is not None and raise_errors:

@@ -85,9 +85,14 @@ class StoreReader:
         )
         return self.run(rows[0]["id"]) if rows else None
 
-    def metrics(self, run_id: str, since: int = 0, limit: int | None = None) -> list[dict[str, Any]]:
+    def metrics(
+        self, run_id: str, since: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         """Records after sequence number *since*, in order, each a flat dict."""
-        sql = "SELECT seq, rank, step, time, data FROM metrics WHERE run_id = ? AND seq > ? ORDER BY seq"
+        sql = (
+            "SELECT seq, rank, step, time, data FROM metrics"
+            " WHERE run_id = ? AND seq > ? ORDER BY seq"
+        )
         params: tuple[Any, ...] = (run_id, since)
         if limit is not None:
             sql += " LIMIT ?"
@@ -99,9 +104,13 @@ class StoreReader:
             out.append(rec)
         return out
 
-    def events(self, run_id: str | None = None, cluster_id: str | None = None) -> list[dict[str, Any]]:
+    def events(
+        self, run_id: str | None = None, cluster_id: str | None = None
+    ) -> list[dict[str, Any]]:
         if run_id is not None:
             return self._query("SELECT * FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
         if cluster_id is not None:
-            return self._query("SELECT * FROM events WHERE cluster_id = ? ORDER BY seq", (cluster_id,))
+            return self._query(
+                "SELECT * FROM events WHERE cluster_id = ? ORDER BY seq", (cluster_id,)
+            )
         return self._query("SELECT * FROM events ORDER BY seq")

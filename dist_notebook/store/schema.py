@@ -83,7 +83,9 @@ class StoreError(RuntimeError):
 def connect(path: Path, *, create: bool) -> sqlite3.Connection:
     """Open the store at *path*; create it (owner-only) when *create* is true."""
     if not create and not path.exists():
-        raise StoreError(f"no run store at {path}: start a cluster first, or set DIST_NOTEBOOK_STORE")
+        raise StoreError(
+            f"no run store at {path}: start a cluster first, or set DIST_NOTEBOOK_STORE"
+        )
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

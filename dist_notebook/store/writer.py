@@ -80,7 +80,10 @@ class StoreWriter:
         stmts: list[tuple[str, Sequence[Any]]] = []
         for cluster_id in gone:
             stmts += [
-                ("UPDATE clusters SET state = 'stopped', stopped = ? WHERE id = ?", (now, cluster_id)),
+                (
+                    "UPDATE clusters SET state = 'stopped', stopped = ? WHERE id = ?",
+                    (now, cluster_id),
+                ),
                 ("UPDATE ranks SET state = 'stopped' WHERE cluster_id = ?", (cluster_id,)),
                 (
                     "UPDATE runs SET state = 'failed', ended = ?, error = 'the kernel exited"

@@ -42,7 +42,7 @@ class Collector:
         self.received = 0
         self.ended: set[int] = set()
         self.store_error: str | None = None
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket = self._ctx.socket(zmq.PULL)
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -51,7 +51,9 @@ class Collector:
         self._pending: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._ended_event = threading.Condition()
-        self._thread = threading.Thread(target=self._loop, name="dist-notebook-collector", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name="dist-notebook-collector", daemon=True
+        )
         self._thread.start()
 
     def _loop(self) -> None:

@@ -65,8 +65,10 @@ class RunResult:
 
     def __repr__(self) -> str:
         took = self.ended - self.started
-        return (f"<RunResult {self.name} ({self.run_id}) {self.state.value} in {took:.1f} s, "
-                f"{self.records} records>")
+        return (
+            f"<RunResult {self.name} ({self.run_id}) {self.state.value} in {took:.1f} s, "
+            f"{self.records} records>"
+        )
 
 
 class TrainingRun:
@@ -86,8 +88,15 @@ class TrainingRun:
         self._cancelled = threading.Event()
         self._listeners: list[Callable[[], None]] = []
         self._futures: dict[int, Any] = {}
-        self._record("add_run", self.id, name=self.name, cluster_id=cluster.id,
-                     ranks=self.ranks, steps=spec.steps, code=spec.code)
+        self._record(
+            "add_run",
+            self.id,
+            name=self.name,
+            cluster_id=cluster.id,
+            ranks=self.ranks,
+            steps=spec.steps,
+            code=spec.code,
+        )
 
     def _track(self, futures: dict[int, Any]) -> None:
         self._futures = futures
@@ -112,12 +121,25 @@ class TrainingRun:
         outputs: list[RankOutput] = []
         interrupted = False
         try:
-            apply_on_ranks(self.cluster, engine_training.begin_run, collector.endpoint, key, self.id,
-                           self._checkpoints(), ranks=self.ranks)
+            apply_on_ranks(
+                self.cluster,
+                engine_training.begin_run,
+                collector.endpoint,
+                key,
+                self.id,
+                self._checkpoints(),
+                ranks=self.ranks,
+            )
             self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
             try:
-                outputs = run_on_ranks(self.cluster, self.spec.code, self.ranks, sink=sink,
-                                       timeout=self.spec.timeout, on_submit=self._track)
+                outputs = run_on_ranks(
+                    self.cluster,
+                    self.spec.code,
+                    self.ranks,
+                    sink=sink,
+                    timeout=self.spec.timeout,
+                    on_submit=self._track,
+                )
             except RankError as e:
                 error = e
             except KeyboardInterrupt:
@@ -146,8 +168,9 @@ class TrainingRun:
         alive = [r for r in self.ranks if r not in dead]
         try:
             if alive:
-                apply_on_ranks(self.cluster, engine_training.end_run, ranks=alive, timeout=30,
-                               degraded_ok=True)
+                apply_on_ranks(
+                    self.cluster, engine_training.end_run, ranks=alive, timeout=30, degraded_ok=True
+                )
         except (RankError, TimeoutError, ClusterError) as e:
             log.warning("closing the metrics channel: %s", e)
         missing = collector.wait_for_ends(set(alive), timeout=10)
@@ -155,35 +178,62 @@ class TrainingRun:
             log.warning("ranks %s did not confirm their last records", sorted(missing))
         collector.close()
 
-    def _conclude(self, outputs: list[RankOutput], error: RankError | None, interrupted: bool,
-                  collector: Collector) -> RunResult:
-        cancelled = self._cancelled.is_set() or interrupted or (
-            error is not None and error.ename == "KeyboardInterrupt"
+    def _conclude(
+        self,
+        outputs: list[RankOutput],
+        error: RankError | None,
+        interrupted: bool,
+        collector: Collector,
+    ) -> RunResult:
+        cancelled = (
+            self._cancelled.is_set()
+            or interrupted
+            or (error is not None and error.ename == "KeyboardInterrupt")
         )
         if cancelled:
             state, ranks = RunState.CANCELLED, {r: "cancelled" for r in self.ranks}
         elif error is not None:
             state = RunState.FAILED
-            failed = {f.rank: ("dead" if f.error and f.error.ename == "RankDied" else "failed")
-                      for f in error.failures}
+            failed = {
+                f.rank: ("dead" if f.error and f.error.ename == "RankDied" else "failed")
+                for f in error.failures
+            }
             ranks = {r: failed.get(r, "done") for r in self.ranks}
         else:
             state, ranks = RunState.SUCCEEDED, {r: "done" for r in self.ranks}
         message = None if error is None or cancelled else str(error)
         self._set_state(state, ranks, error=message, failures=error)
         return RunResult(
-            run_id=self.id, name=self.name, state=state, started=self.started, ended=time.time(),
-            outputs={o.rank: o for o in outputs}, rank_states=ranks,
-            error=None if cancelled else error, records=collector.received,
+            run_id=self.id,
+            name=self.name,
+            state=state,
+            started=self.started,
+            ended=time.time(),
+            outputs={o.rank: o for o in outputs},
+            rank_states=ranks,
+            error=None if cancelled else error,
+            records=collector.received,
         )
 
-    def _set_state(self, state: RunState, ranks: dict[int, str], error: str | None = None,
-                   failures: RankError | None = None) -> None:
+    def _set_state(
+        self,
+        state: RunState,
+        ranks: dict[int, str],
+        error: str | None = None,
+        failures: RankError | None = None,
+    ) -> None:
         self.state = state
         self.rank_states.update(ranks)
         self._record("set_run_state", self.id, state.value, error)
-        detail = {f.rank: f"{f.error.ename}: {f.error.evalue}" for f in failures.failures
-                  if f.error is not None} if failures else {}
+        detail = (
+            {
+                f.rank: f"{f.error.ename}: {f.error.evalue}"
+                for f in failures.failures
+                if f.error is not None
+            }
+            if failures
+            else {}
+        )
         for rank, rank_state in ranks.items():
             self._record("set_run_rank", self.id, rank, rank_state, detail.get(rank))
         for listener in self._listeners:

@@ -36,9 +36,47 @@ FUZZ = settings(
 )
 
 COMMON = [
-    "", "-", "--", "=", "0", "1", "2", "-1", "7", "0.001", "2.5", "nan", "inf", "-inf",
-    "1e309", "abc", "'", '"', "'a b'", '"x y"', "\\", "0,1", "1,0", "0,0", ",", "0,", "a,b",
-    "$(ls)", "`x`", ";", "|", "&&", "#", "%", "{}", "[]", "é", "💥", "\t", "--help", "-h",
+    "",
+    "-",
+    "--",
+    "=",
+    "0",
+    "1",
+    "2",
+    "-1",
+    "7",
+    "0.001",
+    "2.5",
+    "nan",
+    "inf",
+    "-inf",
+    "1e309",
+    "abc",
+    "'",
+    '"',
+    "'a b'",
+    '"x y"',
+    "\\",
+    "0,1",
+    "1,0",
+    "0,0",
+    ",",
+    "0,",
+    "a,b",
+    "$(ls)",
+    "`x`",
+    ";",
+    "|",
+    "&&",
+    "#",
+    "%",
+    "{}",
+    "[]",
+    "é",
+    "💥",
+    "\t",
+    "--help",
+    "-h",
 ]
 
 
@@ -59,9 +97,7 @@ def tally(magic: str, seen: dict[str, int], wanted: int) -> None:
     assert TOTALS[magic] >= wanted * 0.9, (magic, seen)
 
 
-def check(
-    call: Callable[[], Any], line: str, *, user_code: bool = False, success: Any = ()
-) -> str:
+def check(call: Callable[[], Any], line: str, *, user_code: bool = False, success: Any = ()) -> str:
     """Run one fuzzed call; return 'ok', 'usage', 'rank' or 'timeout', else fail.
 
     *success*: exception types that stand for success (a stand-in's own signal).
@@ -97,6 +133,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 # --- %dist_cluster, with no cluster and a stand-in for DistCluster -----------------
 
+
 class _Started(Exception):
     pass
 
@@ -112,9 +149,31 @@ class FakeCluster:
 
 
 CLUSTER_WORDS = [
-    "start", "status", "stop", "restart", "stacks", "-n", "--gpus", "--cpu", "--backend",
-    "nccl", "gloo", "auto", "--timeout", "--threads", "--ip", "127.0.0.1", "--launcher",
-    "local", "mpi", "ssh", "slurm", "--auto-restart", "--all", "-n0", "--gpus=0",
+    "start",
+    "status",
+    "stop",
+    "restart",
+    "stacks",
+    "-n",
+    "--gpus",
+    "--cpu",
+    "--backend",
+    "nccl",
+    "gloo",
+    "auto",
+    "--timeout",
+    "--threads",
+    "--ip",
+    "127.0.0.1",
+    "--launcher",
+    "local",
+    "mpi",
+    "ssh",
+    "slurm",
+    "--auto-restart",
+    "--all",
+    "-n0",
+    "--gpus=0",
 ]
 
 
@@ -145,6 +204,7 @@ def test_fuzz_dist_cluster(shell: Any, cluster2: Any, monkeypatch: Any) -> None:
 
 
 # --- magics that run on the shared cluster -----------------------------------------
+
 
 def test_fuzz_dist(shell: Any, cluster2: Any) -> None:
     seen: dict[str, int] = {}
@@ -180,8 +240,26 @@ def test_fuzz_dist_push(shell: Any, cluster2: Any) -> None:
 @pytest.mark.slow
 def test_fuzz_dist_pull(shell: Any, cluster2: Any) -> None:
     seen: dict[str, int] = {}
-    vocab = ["rank", "world_size", "1", "+", "(", ")", "'a'", "[1,", "]", "--rank", "--all",
-             "--rank=1", "undefined_name", "1/0", "x[", "len(", "None", "rank*2"]
+    vocab = [
+        "rank",
+        "world_size",
+        "1",
+        "+",
+        "(",
+        ")",
+        "'a'",
+        "[1,",
+        "]",
+        "--rank",
+        "--all",
+        "--rank=1",
+        "undefined_name",
+        "1/0",
+        "x[",
+        "len(",
+        "None",
+        "rank*2",
+    ]
 
     @settings(FUZZ, max_examples=150)
     @given(lines(vocab))
@@ -215,8 +293,20 @@ def test_fuzz_dist_run(shell: Any, cluster2: Any, workdir: str) -> None:
 
 
 TRAIN_WORDS = [
-    "--name", "fz", "--steps", "--ranks", "--no-dashboard", "--timeout", "--checkpoint-every",
-    "--checkpoint-dir", "ckpt", "--resume", "train(", ")", "fuzz_train()", "--steps=3",
+    "--name",
+    "fz",
+    "--steps",
+    "--ranks",
+    "--no-dashboard",
+    "--timeout",
+    "--checkpoint-every",
+    "--checkpoint-dir",
+    "ckpt",
+    "--resume",
+    "train(",
+    ")",
+    "fuzz_train()",
+    "--steps=3",
 ]
 
 
@@ -257,6 +347,7 @@ def test_fuzz_dist_runs(shell: Any) -> None:
 
 
 # --- bad cells ------------------------------------------------------------------
+
 
 def test_syntax_error_is_clear_and_labelled(shell: Any, cluster2: Any, capsys: Any) -> None:
     capsys.readouterr()

@@ -160,8 +160,14 @@ def test_clusters_of_a_dead_kernel_are_closed_with_their_runs(writer: StoreWrite
             cluster_id, n=2, backend="gloo", kernel_pid=pid, profile_dir="p", ipp_cluster_id="i"
         )
         writer.set_cluster_state(cluster_id, "ready")
-        writer.add_run(f"run-{cluster_id}", name=cluster_id, cluster_id=cluster_id,
-                       ranks=[0, 1], steps=None, code="")
+        writer.add_run(
+            f"run-{cluster_id}",
+            name=cluster_id,
+            cluster_id=cluster_id,
+            ranks=[0, 1],
+            steps=None,
+            code="",
+        )
         writer.set_run_state(f"run-{cluster_id}", "running")
     assert writer.close_orphans(lambda pid: pid == 22) == 1
     reader = StoreReader(writer.path)
