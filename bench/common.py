@@ -113,7 +113,9 @@ def child_env(threads: int | None = 1, **extra: str) -> dict[str, str]:
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
         env["MKL_NUM_THREADS"] = str(threads)
-    env.setdefault("DIST_NOTEBOOK_STORE", str(Path(tempfile.mkdtemp(prefix="dist-bench-")) / "runs.sqlite"))
+    env.setdefault(
+        "DIST_NOTEBOOK_STORE", str(Path(tempfile.mkdtemp(prefix="dist-bench-")) / "runs.sqlite")
+    )
     env.update(extra)
     return env
 
@@ -150,13 +152,26 @@ def result_line(text: str, tag: str = "BENCH_RESULT ") -> Any:
     raise RuntimeError(f"no {tag.strip()} line in output:\n{text[-3000:]}")
 
 
-def run_child(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def run_child(
+    cmd: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        cmd, env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
     return done
 
 
 def torchrun_cmd(script: Path | str, nproc: int, *args: str) -> list[str]:
-    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), str(script), *args]
+    return [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        str(script),
+        *args,
+    ]
 
 
 @contextlib.contextmanager
@@ -175,7 +190,10 @@ def interleave(names: list[str], rep: int) -> list[str]:
 
 
 def md_table(head: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
+    ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 

@@ -105,10 +105,23 @@ class Bench:
         run_on_ranks(self.cluster, ALL_REDUCE, timeout=60)
         return time.perf_counter() - t0
 
-    def row(self, scenario: str, detect: float | None, usable: float | None,
-            lost: Any = "-", left: Any = "-", **extra: Any) -> None:
-        entry = {"scenario": scenario, "detect_s": detect, "usable_s": usable,
-                 "steps_lost": lost, "processes_left": left, **extra}
+    def row(
+        self,
+        scenario: str,
+        detect: float | None,
+        usable: float | None,
+        lost: Any = "-",
+        left: Any = "-",
+        **extra: Any,
+    ) -> None:
+        entry = {
+            "scenario": scenario,
+            "detect_s": detect,
+            "usable_s": usable,
+            "steps_lost": lost,
+            "processes_left": left,
+            **extra,
+        }
         self.rows.append(entry)
         print(json.dumps(entry), flush=True)
 
@@ -152,11 +165,21 @@ class Bench:
             usable = detect + self.reduce()  # the cell returned after the auto-restart
         left, _ = wait_gone([before], 5)
         if auto:
-            self.row("rank SIGKILLed, --auto-restart", detect, usable, left=len(left),
-                     note="detect = until the cell failed, the replacement included")
+            self.row(
+                "rank SIGKILLed, --auto-restart",
+                detect,
+                usable,
+                left=len(left),
+                note="detect = until the cell failed, the replacement included",
+            )
         else:
-            self.row("rank SIGKILLed, %dist_cluster restart", detect, usable, left=len(left),
-                     note="usable = detect + restart + a collective cell")
+            self.row(
+                "rank SIGKILLed, %dist_cluster restart",
+                detect,
+                usable,
+                left=len(left),
+                note="usable = detect + restart + a collective cell",
+            )
 
     def hung_rank(self) -> None:
         from dist_notebook.cluster.execute import run_on_ranks
@@ -164,9 +187,11 @@ class Bench:
         errors: list[BaseException] = []
 
         def spin() -> None:
-            code = ("import time\nif rank == 0:\n    end = time.time() + 60\n"
-                    "    while time.time() < end:\n        pass\n"
-                    "t = torch.ones(1)\ndist.all_reduce(t)\n")
+            code = (
+                "import time\nif rank == 0:\n    end = time.time() + 60\n"
+                "    while time.time() < end:\n        pass\n"
+                "t = torch.ones(1)\ndist.all_reduce(t)\n"
+            )
             try:
                 run_on_ranks(self.cluster, code, timeout=5)
             except BaseException as e:  # noqa: BLE001
@@ -183,32 +208,47 @@ class Bench:
         t_timeout = t_start + 5
         usable = time.perf_counter() - t_timeout + self.reduce()
         assert errors and isinstance(errors[0], TimeoutError)
-        self.row("hung rank: stacks report; --timeout 5 frees it", report, usable,
-                 note="detect = %dist_cluster stacks; usable = after the timeout expired")
+        self.row(
+            "hung rank: stacks report; --timeout 5 frees it",
+            report,
+            usable,
+            note="detect = %dist_cluster stacks; usable = after the timeout expired",
+        )
 
     def checkpoint_resume(self, root: Path) -> None:
         import torch
 
-        ref = self.cell(f"%%dist_train --no-dashboard --checkpoint-every 5 --name ref "
-                        f"--checkpoint-dir {root}/ref\n" + CKPT_CELL.format(kill_rank=-1))
+        ref = self.cell(
+            f"%%dist_train --no-dashboard --checkpoint-every 5 --name ref "
+            f"--checkpoint-dir {root}/ref\n" + CKPT_CELL.format(kill_rank=-1)
+        )
         assert ref.error_in_exec is None, ref.error_in_exec
         reference = self.magic("dist_pull", f"{WEIGHTS} --all")
         t0 = time.perf_counter()
-        self.cell(f"%%dist_train --no-dashboard --checkpoint-every 5 --name run "
-                  f"--checkpoint-dir {root}/run\n" + CKPT_CELL.format(kill_rank=1))
+        self.cell(
+            f"%%dist_train --no-dashboard --checkpoint-every 5 --name run "
+            f"--checkpoint-dir {root}/run\n" + CKPT_CELL.format(kill_rank=1)
+        )
         detect = time.perf_counter() - t0
         if self.cluster.state.value != "ready":
             self.magic("dist_cluster", "restart")
-        res = self.cell(f"%%dist_train --no-dashboard --checkpoint-every 5 --name run --resume "
-                        f"--checkpoint-dir {root}/run\n" + CKPT_CELL.format(kill_rank=-1))
+        res = self.cell(
+            f"%%dist_train --no-dashboard --checkpoint-every 5 --name run --resume "
+            f"--checkpoint-dir {root}/run\n" + CKPT_CELL.format(kill_rank=-1)
+        )
         usable = time.perf_counter() - t0
         assert res.error_in_exec is None, res.error_in_exec
         first = self.magic("dist_pull", "first_step")
         resumed = self.magic("dist_pull", f"{WEIGHTS} --all")
         equal = all(torch.equal(v, resumed[r][k]) for r in (0, 1) for k, v in reference[r].items())
-        self.row("rank SIGKILLed at step 13, --checkpoint-every 5, --resume", detect, usable,
-                 lost=13 - first, weights_equal=equal,
-                 note="detect = the failing run's cell; usable = until the resumed run ended")
+        self.row(
+            "rank SIGKILLed at step 13, --checkpoint-every 5, --resume",
+            detect,
+            usable,
+            lost=13 - first,
+            weights_equal=equal,
+            note="detect = the failing run's cell; usable = until the resumed run ended",
+        )
 
     def interrupt(self) -> None:
         timer = threading.Timer(1.0, self.cluster.interrupt)
@@ -223,15 +263,22 @@ class Bench:
         holder.execute("BEGIN EXCLUSIVE")
         try:
             t0 = time.perf_counter()
-            res = self.cell("%%dist_train --no-dashboard --name locked\n"
-                            "for s in range(5):\n    report(step=s, loss=1.0)\n")
+            res = self.cell(
+                "%%dist_train --no-dashboard --name locked\n"
+                "for s in range(5):\n    report(step=s, loss=1.0)\n"
+            )
             took = time.perf_counter() - t0
         finally:
             holder.execute("ROLLBACK")
             holder.close()
         ok = res.error_in_exec is None and res.result.state.value == "succeeded"
-        self.row("store locked during a 5-step run", None, took, lost=0 if ok else "run failed",
-                 note="usable = the run's wall time (it must succeed)")
+        self.row(
+            "store locked during a 5-step run",
+            None,
+            took,
+            lost=0 if ok else "run failed",
+            note="usable = the run's wall time (it must succeed)",
+        )
 
     def cycles(self, count: int) -> None:
         stops, totals, errors, left_total = [], [], 0, 0
@@ -251,10 +298,18 @@ class Bench:
                     self.cluster.stop_sync()
         wall = time.perf_counter() - t0
         stops.sort()
-        self.row(f"{count} start/stop cycles", None, None, left=left_total,
-                 failures=errors, wall_s=wall, stop_median_s=stops[len(stops) // 2],
-                 stop_max_s=stops[-1], gone_max_s=max(totals),
-                 note="detect/usable: see stop times")
+        self.row(
+            f"{count} start/stop cycles",
+            None,
+            None,
+            left=left_total,
+            failures=errors,
+            wall_s=wall,
+            stop_median_s=stops[len(stops) // 2],
+            stop_max_s=stops[-1],
+            gone_max_s=max(totals),
+            note="detect/usable: see stop times",
+        )
 
     def stop_row(self) -> None:
         took, left, gone = self.stop()
@@ -264,11 +319,13 @@ class Bench:
     def kernels(self, root: Path) -> None:
         from jupyter_client import KernelManager
 
-        start = ("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu\nimport json, os\n"
-                 "from dist_notebook.magics.session import Session\n"
-                 "_c = Session.for_shell(get_ipython()).cluster\n"
-                 "print('PIDS ' + json.dumps([r.pid for r in _c.ranks]"
-                 " + [_c._ipp.controller.process.pid]))\n")
+        start = (
+            "%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu\nimport json, os\n"
+            "from dist_notebook.magics.session import Session\n"
+            "_c = Session.for_shell(get_ipython()).cluster\n"
+            "print('PIDS ' + json.dumps([r.pid for r in _c.ranks]"
+            " + [_c._ipp.controller.process.pid]))\n"
+        )
 
         def boot(store: str) -> tuple[Any, Any, list[int]]:
             km = KernelManager(kernel_name="python3")
@@ -278,15 +335,22 @@ class Bench:
             kc.start_channels()
             kc.wait_for_ready(timeout=90)
             out: list[str] = []
-            kc.execute_interactive(start, timeout=120, output_hook=lambda m: out.append(
-                m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+            kc.execute_interactive(
+                start,
+                timeout=120,
+                output_hook=lambda m: (
+                    out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None
+                ),
+            )
             line = next(x for x in "".join(out).splitlines() if x.startswith("PIDS "))
             return km, kc, json.loads(line[5:])
 
         stores = [str(root / f"k{i}.sqlite") for i in range(2)]
         booted: list[Any] = [None, None]
-        threads = [threading.Thread(target=lambda i=i: booted.__setitem__(i, boot(stores[i])))
-                   for i in range(2)]
+        threads = [
+            threading.Thread(target=lambda i=i: booted.__setitem__(i, boot(stores[i])))
+            for i in range(2)
+        ]
         t0 = time.perf_counter()
         for t in threads:
             t.start()
@@ -297,20 +361,31 @@ class Bench:
         for kc in (kc_a, kc_b):
             reply = kc.execute_interactive("%%dist\n" + ALL_REDUCE, timeout=60)
             assert reply["content"]["status"] == "ok"
-        self.row("two kernels, a cluster each, at once", None, both, left="-",
-                 note="usable = both kernels started and their clusters ready")
+        self.row(
+            "two kernels, a cluster each, at once",
+            None,
+            both,
+            left="-",
+            note="usable = both kernels started and their clusters ready",
+        )
 
         t0 = time.perf_counter()
         km_a.shutdown_kernel(now=False)  # returns once the kernel process has ended
         left, _ = wait_gone(pids_a, 20)
-        self.row("kernel shutdown (KernelManager)", time.perf_counter() - t0, None,
-                 left=len(left), note="detect = from the request until every process ended")
+        self.row(
+            "kernel shutdown (KernelManager)",
+            time.perf_counter() - t0,
+            None,
+            left=len(left),
+            note="detect = from the request until every process ended",
+        )
         kc_a.stop_channels()
 
         kc_b.execute_interactive(
             "%%dist_train --name durable --background --no-dashboard\nimport time\n"
             "for step in range(100000):\n    report(step=step, loss=1.0)\n    time.sleep(0.02)\n",
-            timeout=30)
+            timeout=30,
+        )
         time.sleep(4)
         killed_at = time.time()
         os.kill(km_b.provisioner.process.pid, signal.SIGKILL)
@@ -320,9 +395,14 @@ class Bench:
         reader = StoreReader(Path(stores[1]))
         run = reader.find_run("durable")
         newest = max(r["time"] for r in reader.metrics(run["id"]))
-        self.row("kernel SIGKILLed mid-run", gone, None, left=len(left),
-                 newest_record_age_s=round(killed_at - newest, 3),
-                 note="detect = until every engine/controller ended; records lost: see age")
+        self.row(
+            "kernel SIGKILLed mid-run",
+            gone,
+            None,
+            left=len(left),
+            newest_record_age_s=round(killed_at - newest, 3),
+            note="detect = until every engine/controller ended; records lost: see age",
+        )
         kc_b.stop_channels()
 
 
@@ -354,11 +434,23 @@ def main() -> None:
     def fmt(v: Any) -> str:
         return f"{v:.2f} s" if isinstance(v, float) else ("-" if v is None else str(v))
 
-    rows = [[r["scenario"], fmt(r["detect_s"]), fmt(r["usable_s"]), fmt(r["steps_lost"]),
-             fmt(r["processes_left"])] for r in b.rows]
+    rows = [
+        [
+            r["scenario"],
+            fmt(r["detect_s"]),
+            fmt(r["usable_s"]),
+            fmt(r["steps_lost"]),
+            fmt(r["processes_left"]),
+        ]
+        for r in b.rows
+    ]
     print()
-    print(md_table(["scenario", "time to detect", "time until usable", "steps lost",
-                    "processes left"], rows))
+    print(
+        md_table(
+            ["scenario", "time to detect", "time until usable", "steps lost", "processes left"],
+            rows,
+        )
+    )
     write_result("faults", {"rows": b.rows, "cycles": args.cycles})
 
 

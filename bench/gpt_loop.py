@@ -25,12 +25,16 @@ class Block(nn.Module):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(WIDTH), nn.LayerNorm(WIDTH)
         self.qkv, self.proj = nn.Linear(WIDTH, 3 * WIDTH), nn.Linear(WIDTH, WIDTH)
-        self.mlp = nn.Sequential(nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH))
+        self.mlp = nn.Sequential(
+            nn.Linear(WIDTH, 4 * WIDTH), nn.GELU(), nn.Linear(4 * WIDTH, WIDTH)
+        )
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, HEADS, c // HEADS).unbind(2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp(self.ln2(x))
 
@@ -77,8 +81,13 @@ def train_gpt(report=None):
     seconds = time.perf_counter() - start
     samples_per_s = STEPS * BATCH / seconds
     flops = 6 * params * BATCH * CTX * STEPS / seconds
-    return {"params": params, "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * CTX,
-            "mfu": flops / H200_BF16_PEAK, "step_ms": 1000 * seconds / STEPS}
+    return {
+        "params": params,
+        "samples_per_s": samples_per_s,
+        "tokens_per_s": samples_per_s * CTX,
+        "mfu": flops / H200_BF16_PEAK,
+        "step_ms": 1000 * seconds / STEPS,
+    }
 
 
 if __name__ == "__main__":

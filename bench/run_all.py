@@ -1,0 +1,578 @@
+"""Every side-by-side benchmark, one after the other, then one table: ``make bench``.
+
+    python bench/run_all.py                 # the full set, ~15-20 minutes on 2 cores
+    python bench/run_all.py --quick         # a smoke run of every part (BENCH_QUICK=1)
+    python bench/run_all.py --only memory,round_trip
+    python bench/run_all.py --table-only    # rebuild README.md from the JSON already there
+
+Each part runs as its own process (so one part's clusters and imports never weigh on the
+next) with a time budget; a part that fails or runs out of time is named in the table with
+the reason, never dropped. The parts write ``bench/results/<name>.json``; this script folds
+them, with ``dispatch.json`` and ``train_overhead.json`` (from ``bench/dispatch.py`` and
+``bench/train_overhead.py``) and the H200 table of ``gpu_h200.log``, into
+``bench/results/README.md`` and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import fmt, md_table  # noqa: E402
+
+# (name, script, arguments, expected seconds, budget seconds). Expected: measured on a
+# 2-core machine under load from other work (about 15 min in all). The whole set must end
+# within TOTAL_S: each part may use its budget only while the expected time of the parts
+# still to come stays free; past that it is ended and named in the table.
+PARTS: list[tuple[str, str, list[str], int, int]] = [
+    ("memory", "memory.py", [], 20, 90),
+    ("cold_start", "cold_start.py", ["--reps", "3"], 280, 420),
+    ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
+    ("dispatch", "dispatch.py", ["--iterations", "100", "--warmup", "10"], 20, 90),
+    ("throughput", "throughput.py", ["--reps", "4"], 330, 600),
+    ("train_overhead", "train_overhead.py", ["--reps", "2", "--steps", "300"], 40, 120),
+    ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
+    ("metrics_latency", "metrics_latency.py", [], 30, 90),
+    ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
+]
+TOTAL_S = 19 * 60
+QUICK_ARGS: dict[str, list[str]] = {
+    "dispatch": ["--iterations", "20", "--warmup", "5"],
+    "train_overhead": ["--reps", "1", "--steps", "150"],
+    "metrics_latency": ["--records", "500"],
+    "cold_start": ["--reps", "1"],
+    "round_trip": [],
+    "throughput": [],
+    "metrics_overhead": [],
+    "state_transfer": ["--mib", "256"],
+}
+
+README = common.RESULTS / "README.md"
+GPU_LOG = common.RESULTS / "gpu_h200.log"
+
+LABELS = {
+    "dist_notebook": "dist-notebook",
+    "torchrun": "torchrun",
+    "accelerate": "accelerate `notebook_launcher`",
+    "nbdistributed": "nbdistributed",
+    "ipyparallel": "ipyparallel by hand",
+    "single": "one process, no DDP",
+    "dist_train": "dist-notebook `%%dist_train` + report() + dashboard",
+}
+
+
+def run_part(
+    name: str, script: str, args: list[str], budget: int, env: dict[str, str]
+) -> dict[str, Any]:
+    """Run one part in its own process group; on overrun end that group (and only it)."""
+    t0 = time.perf_counter()
+    log = common.RESULTS / f".{name}.log"
+    print(f"\n=== {name}: {script} {' '.join(args)} (budget {budget} s)", flush=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [common.PY, str(common.HERE / script), *args],
+            cwd=common.ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc: int | None = proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            rc = None
+    # Whatever the part left behind in its own group (engines of a failed start) goes too.
+    try:
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    seconds = time.perf_counter() - t0
+    text = log.read_text(errors="replace")
+    tail = [line for line in text.strip().splitlines() if line.strip()]
+    print("\n".join(tail[-12:]), flush=True)
+    log.unlink(missing_ok=True)
+    if rc is None:
+        status = f"ran past its {budget} s budget"
+    elif rc != 0:
+        status = f"failed (exit {rc}): {tail[-1][:200] if tail else 'no output'}"
+    else:
+        status = "ok"
+    print(f"=== {name}: {status} in {seconds:.0f} s", flush=True)
+    return {"status": status, "seconds": round(seconds, 1)}
+
+
+def load(name: str, since: float | None) -> dict[str, Any] | None:
+    path = common.RESULTS / f"{name}.json"
+    if not path.exists() or (since is not None and path.stat().st_mtime < since):
+        return None
+    return json.loads(path.read_text())
+
+
+# ---- the tables ----
+
+
+def why(s: dict[str, Any]) -> str:
+    err = str(s.get("error", "no result"))
+    return "could not run: " + err.replace("|", "/").replace("\n", " ")[:160]
+
+
+def section_cold(d: dict[str, Any]) -> str:
+    sizes = sorted(d["results"], key=int)
+    head = (
+        ["way"]
+        + [f"{n} ranks: median s (runs)" for n in sizes]
+        + [f"{n} ranks vs torchrun" for n in sizes]
+    )
+    rows = []
+    for m in d["results"][sizes[0]]:
+        cells = []
+        for n in sizes:
+            s = d["results"][n][m]
+            cells.append(
+                f"{s['median']:.2f} ({', '.join(f'{v:.1f}' for v in s['values'])})"
+                if s.get("median")
+                else why(s)
+            )
+        cells += [fmt(d["results"][n][m].get("vs_torchrun"), 2, "x") for n in sizes]
+        rows.append([LABELS.get(m, m)] + cells)
+    return md_table(head, rows)
+
+
+def section_round_trip(d: dict[str, Any], dispatch: dict[str, Any] | None) -> str:
+    sizes = sorted(d["results"], key=int)
+    labels = {
+        "dist_notebook": "`%%dist`",
+        "ipyparallel": "ipyparallel `%%px`",
+        "nbdistributed": "nbdistributed `%%distributed`",
+    }
+    head = (
+        ["empty cell"]
+        + [f"{n} ranks: median / p90 ms" for n in sizes]
+        + [f"{n} ranks vs `%%px`" for n in sizes]
+    )
+    rows = []
+    for side in d["results"][sizes[0]]:
+        cells = []
+        for n in sizes:
+            s = d["results"][n][side]
+            cells.append(f"{s['median']:.1f} / {s['p90']:.1f}" if s.get("median") else why(s))
+        cells += [fmt(d["results"][n][side].get("vs_px"), 2, "x") for n in sizes]
+        rows.append([labels.get(side, side)] + cells)
+    text = md_table(head, rows)
+    if dispatch:
+        by_n = {str(r["ranks"]): r for r in dispatch["results"]}
+        rows = []
+        for label, key in (
+            ("`%%dist` (magic function)", "magic"),
+            ("`client[ids].execute('', block=True)`", "raw"),
+            ("`client[ids].execute('', silent=False, block=True)`", "raw_silent_false"),
+        ):
+            if not any(key in r for r in by_n.values()):
+                continue
+            cells = [
+                f"{by_n[n][key]['median_ms']:.1f} / {by_n[n][key]['p90_ms']:.1f}"
+                if key in by_n.get(n, {})
+                else "-"
+                for n in sizes
+            ]
+            ratio = [
+                f"{by_n[n][key]['median_ms'] / by_n[n]['raw']['median_ms']:.2f}x"
+                if key in by_n.get(n, {})
+                else "-"
+                for n in sizes
+            ]
+            rows.append([label] + cells + ratio)
+        text += (
+            "\n\nThe same on one cluster's engines, `bench/dispatch.py` "
+            f"({dispatch['results'][0]['iterations']} rounds; "
+            "ratio to raw ipyparallel execute):\n\n"
+        )
+        text += md_table(
+            ["empty cell"]
+            + [f"{n} ranks: median / p90 ms" for n in sizes]
+            + [f"{n} ranks vs raw" for n in sizes],
+            rows,
+        )
+    return text
+
+
+def section_throughput(d: dict[str, Any], train: dict[str, Any] | None) -> str:
+    models = list(d["results"])
+    names = {"mlp": "MLP (synthetic)", "cnn": "CNN (sklearn digits)"}
+    head = ["launcher"]
+    for m in models:
+        head += [f"{names.get(m, m)} samples/s median (min-max)", "vs torchrun"]
+    rows = []
+    for mode in d["results"][models[0]]:
+        cells = []
+        for m in models:
+            s = d["results"][m][mode]
+            spread = f"{fmt(s['median'], 0)} ({s['min']:,.0f}-{s['max']:,.0f})"
+            cells += [spread if s.get("median") else why(s), fmt(s.get("vs_torchrun"), 3)]
+        rows.append([LABELS.get(mode, mode)] + cells)
+    cfg = d["config"]
+    text = md_table(head, rows)
+    text += (
+        f"\n\nSteps timed per run: {cfg['steps']}, batch {cfg['batch_per_rank']} per rank, "
+        f"{cfg['reps']} runs per cell (median); threads per rank seen: {cfg['threads_seen']}."
+    )
+    if train:
+        modes = train["modes"]
+        rows = [
+            [
+                label,
+                fmt(modes[k]["median"], 0),
+                ", ".join(f"{v:,.0f}" for v in modes[k]["samples_per_s"]),
+                fmt(modes[k]["median"] / modes["b"]["median"], 3),
+            ]
+            for k, label in (
+                ("a", "`%%dist_train` + report() + dashboard"),
+                ("b", "torchrun"),
+                ("c", "`%%dist`, no reporting"),
+            )
+        ]
+        text += (
+            f"\n\n`bench/train_overhead.py` (MLP, {train['config']['steps']} steps, "
+            f"{train['config']['reps']} runs each):\n\n"
+        )
+        text += md_table(["mode", "samples/s median", "runs", "vs torchrun"], rows)
+    return text
+
+
+def section_metrics(
+    d: dict[str, Any], train: dict[str, Any] | None, latency: dict[str, Any] | None = None
+) -> str:
+    rows = []
+    for key, label in (
+        ("report", "dist-notebook `report()` (ZMQ PUSH), dashboard drawing"),
+        ("report_no_dashboard", "dist-notebook `report()`, `%%dist_train --no-dashboard`"),
+        ("publish_data", "ipyparallel `publish_data`"),
+    ):
+        if key not in d["throughput"]:
+            continue
+        pc = d["per_call_us"][key.split("_no_")[0]]
+        tp = d["throughput"][key]
+        lat = d["latency_ms"][key.split("_no_")[0]]
+        rows.append(
+            [
+                label,
+                fmt(pc.get("median"), 1),
+                fmt(tp["vs_none"], 3),
+                fmt(lat["p50"], 2),
+                fmt(lat["p95"], 2),
+                f"{lat['seen_share']:.0%}",
+            ]
+        )
+    rows.append(["no reporting", "-", "1.000", "-", "-", "-"])
+    text = md_table(
+        [
+            "one record per step",
+            "mean cost per call (us)",
+            "throughput vs none",
+            "latency p50 (ms)",
+            "latency p95 (ms)",
+            "records seen by the kernel",
+        ],
+        rows,
+    )
+    text += (
+        f"\n\nMLP loop, 2 ranks, 1 thread each, {d['config']['steps']} steps, "
+        f"{d['config']['reps']} runs a mode, interleaved. Latency: report() to the collector "
+        "thread (pooled over both report() modes); publish_data to `AsyncResult.data` polled "
+        "every 1 ms (it keeps only the latest value per engine)."
+    )
+    if train:
+        lat = train["latency_ms"]
+        text += "\n\nFrom `bench/train_overhead.py`:\n\n" + md_table(
+            ["latency (ms)", "p50", "p95", "n"],
+            [
+                [label, fmt(lat[k]["p50"]), fmt(lat[k]["p95"]), lat[k]["n"]]
+                for k, label in (
+                    ("collector", "report() -> collector"),
+                    ("widget", "report() -> widget update"),
+                    ("render", "one dashboard render"),
+                )
+            ],
+        )
+    if latency:
+        rows = []
+        for label, r in latency["rates"].items():
+            c, lat = r["report_call_us"], r["report_to_collector_ms"]
+            rows.append(
+                [
+                    f"report(), {label}",
+                    f"{c['p50']:.1f} / {c['p95']:.1f}",
+                    f"{lat['p50']:.2f} / {lat['p95']:.2f} / {lat['max']:.1f}",
+                    f"{r['received']}/{r['sent']}",
+                ]
+            )
+        pub = latency["publish_data_call_us"]
+        rows.append(["publish_data (reference)", f"{pub['p50']:.1f} / {pub['p95']:.1f}", "-", "-"])
+        text += (
+            f"\n\nFrom `bench/metrics_latency.py` "
+            f"({latency['config']['records_per_rank']} records a rank, `--no-dashboard`):\n\n"
+        )
+        text += md_table(
+            ["rate", "call us p50 / p95", "to collector ms p50 / p95 / max", "received"], rows
+        )
+    return text
+
+
+def section_state(d: dict[str, Any]) -> str:
+    r = d["results"]
+    rows = [
+        [
+            "`%dist_push sd` (cloudpickle through ipyparallel)",
+            fmt(r["push"]["median"]),
+            ", ".join(f"{v:.1f}" for v in r["push"]["values"]),
+            fmt(r["push"]["gib_per_s_to_all"]),
+            fmt(r["push"]["peak_ram_gib"], 1),
+            fmt(r["push"].get("vs_broadcast"), 1, "x"),
+        ],
+        [
+            "`dist.broadcast` from rank 0 in `%%dist` (gloo)",
+            fmt(r["broadcast"]["median"]),
+            ", ".join(f"{v:.1f}" for v in r["broadcast"]["values"]),
+            fmt(r["broadcast"]["gib_per_s_to_all"]),
+            fmt(r["broadcast"]["peak_ram_gib"], 1),
+            "1.0x",
+        ],
+    ]
+    text = md_table(
+        [
+            "way",
+            "median s",
+            "runs",
+            "GiB/s delivered (all ranks)",
+            "peak extra RAM GiB",
+            "vs broadcast",
+        ],
+        rows,
+    )
+    text += f"\n\n{d['what']}."
+    if d.get("size_note"):
+        text += f" Asked for {d['asked_mib']} MiB: {d['size_note']}."
+    return text
+
+
+def section_memory(d: dict[str, Any]) -> str:
+    r = d["results"]
+    rows = []
+    for key, label in (
+        ("dist_notebook", "dist-notebook engine (torch, gloo group, rank namespace)"),
+        ("nbdistributed", "nbdistributed worker (torch, gloo group)"),
+        ("bare_torch_gloo", "bare `import torch` + 1-rank gloo group"),
+        ("bare_torch", 'bare `python -c "import torch; sleep"`'),
+    ):
+        v = r.get(key, {})
+        if "rss_mib" not in v:
+            rows.append([label, why(v), "", "", ""])
+            continue
+        allp = v.get("all_processes")
+        rows.append(
+            [
+                label,
+                fmt(v["rss_mib"], 0),
+                fmt(v["uss_mib"], 0),
+                fmt(v.get("uss_vs_bare", 1.0), 2, "x"),
+                f"{allp['processes']} processes, USS {allp['uss_mib']:.0f} MiB" if allp else "-",
+            ]
+        )
+    return md_table(
+        ["process (per rank)", "RSS MiB", "USS MiB", "USS vs bare", "everything the tool started"],
+        rows,
+    )
+
+
+def section_gpu() -> str:
+    if not GPU_LOG.exists():
+        return "(no `gpu_h200.log`)"
+    text = GPU_LOG.read_text()
+    head = text.splitlines()[:2]
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    start = re.search(r"^start: .*$", text, re.M)
+    params = re.search(r"^params: .*$", text, re.M)
+    out = f"`bench/gpu.sh` on {head[0].strip()} ({head[1].strip()}): GPT-small, bf16, "
+    out += "batch 8 x 1024, one NCCL rank, "
+    out += (
+        "`%%dist_train` with report() every step vs the same loop under torchrun.\n\n"
+        + "\n".join(table)
+    )
+    extras = [m.group(0) for m in (start, params) if m]
+    if extras:
+        out += "\n\n" + "; ".join(extras) + "."
+    return out
+
+
+NOTES = {
+    "cold_start": """
+From spawning a fresh process (imports count for everyone) to the moment one all_reduce
+over all ranks has completed. dist-notebook: `%dist_cluster start -n N --cpu` then
+`%%dist`. torchrun: `--standalone` on a script. accelerate: `notebook_launcher(fn,
+num_processes=N, use_port=<free>)` from an IPython shell (on CPU it forks the kernel
+through torch's elastic_launch; fn creates the gloo group). nbdistributed: `%dist_init -n
+N` then `%%distributed`; `%dist_init` returns after a fixed 2 s sleep, before its workers
+connect, and a cell sent then is dropped and times out after 30 s, so the workers are
+probed every 0.25 s until they answer (the earliest a cell can succeed). ipyparallel by
+hand: `ipp.Cluster(n=N).start_and_connect_sync()`, rank env vars and
+`init_process_group` applied on each engine, then the all_reduce.""",
+    "round_trip": """
+One IPython shell holding all three tools, each with its own N processes; each magic's
+function called with an empty cell inside the same output capture. `%%px` on a blocking
+view (`view.block = True`, as a notebook's `%%px` waits). nbdistributed's
+`%%distributed` waits on a thread in 100 ms polls, so it cannot return in under
+~100 ms.""",
+    "throughput": """
+Same loop text for every launcher; only the loop is timed, on rank 0, after warm-up steps
+and a barrier. OMP_NUM_THREADS=1 in every rank's environment before torch starts
+(dist-notebook `--threads 1`; the others inherit it). "one process" is one rank with
+batch 64 and no DDP: read the 2-rank rows against it for what data parallelism costs or
+gains on 2 cores.""",
+    "intro": """
+Every comparison runs its sides interleaved (A B C, C B A, ...) so that the machine's load
+falls on all of them; numbers are medians, ratios are median over median. Regenerate with
+`make bench` (`python bench/run_all.py`); each part's raw numbers are in
+`bench/results/<part>.json`. On a shared 2-core machine the load of other work shows as
+wide min-max spreads: read a difference between medians as real only where the spreads do
+not overlap.""",
+    "state_transfer": """
+A push pickles the whole dict in the kernel, ipyparallel sends one message per rank
+through the controller, and each rank unpickles its own copy: with 4 ranks the machine's
+RAM peaks at about 17x the size. The size is chosen when the part starts: 1 GiB when
+17 GiB plus a 2.5 GiB margin are available, else the largest power of two that fits (the
+JSON and the line above say which).""",
+}
+
+
+def note(key: str) -> str:
+    return "\n" + " ".join(NOTES[key].split())
+
+
+def build(status: dict[str, dict[str, Any]], since: float | None, total: float | None) -> str:
+    m = common.machine()
+    parts: list[str] = ["# Benchmarks: dist-notebook side by side with its peers", ""]
+    parts.append(
+        f"Machine: {m['cpus']} cores, {m['ram_gib']} GiB RAM, no GPU; Python {m['python']}, "
+        f"torch {m['torch']}, ipyparallel {m['ipyparallel']}, accelerate {m['accelerate']}, "
+        f"nbdistributed {m['nbdistributed']}, IPython {m['IPython']}; {m['platform']}; "
+        f"{m['date']}. Load average when the table was written: {m['load_average']}."
+    )
+    parts.append(note("intro"))
+    if total is not None:
+        done = ", ".join(f"{k} {v['seconds']:.0f} s" for k, v in status.items())
+        parts.append(f"\nThis run took {total / 60:.1f} min: {done}.")
+    failed = {k: v["status"] for k, v in status.items() if v["status"] != "ok"}
+    if failed:
+        listed = "; ".join(f"`{k}` {v}" for k, v in failed.items())
+        parts.append(f"\nParts that did not finish: {listed}.")
+
+    def add(title: str, name: str, render: Any, *extra: Any) -> None:
+        parts.append(f"\n## {title}\n")
+        d = load(name, since)
+        if d is None:
+            why_not = status.get(name, {}).get("status", "not run")
+            parts.append(f"No result in this run ({why_not}).")
+            return
+        try:
+            parts.append(render(d, *extra))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            parts.append(f"The result could not be read ({type(e).__name__}: {e}).")
+
+    dispatch = load("dispatch", since)
+    train = load("train_overhead", since)
+    add("1. Cold start to the first completed all_reduce (CPU, gloo)", "cold_start", section_cold)
+    parts.append(note("cold_start"))
+    add("2. Cell round trip: an empty cell", "round_trip", section_round_trip, dispatch)
+    parts.append(note("round_trip"))
+    add("3. Training throughput, 2 ranks, 1 thread each", "throughput", section_throughput, train)
+    parts.append(note("throughput"))
+    latency = load("metrics_latency", since)
+    add(
+        "4. Metrics: report() every step vs publish_data",
+        "metrics_overhead",
+        section_metrics,
+        train,
+        latency,
+    )
+    add("5. State transfer to 4 ranks", "state_transfer", section_state)
+    parts.append(note("state_transfer"))
+    add("6. Memory per rank after start (2 ranks)", "memory", section_memory)
+    parts.append(f"\n## GPU (one H200, from `bench/results/{GPU_LOG.name}`)\n")
+    parts.append(section_gpu())
+    return "\n".join(parts) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: fewer repetitions everywhere"
+    )
+    parser.add_argument(
+        "--only", help="comma-separated parts to run (the table shows the rest as not run)"
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="rebuild the table from the JSON files"
+    )
+    args = parser.parse_args()
+
+    common.RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.table_only:
+        last = common.RESULTS / "run_all.json"
+        run = json.loads(last.read_text()) if last.exists() else {}
+        text = build(run.get("parts", {}), None, run.get("total_seconds"))
+        README.write_text(text)
+        print(text)
+        return
+
+    env = common.child_env(threads=None)
+    if args.quick:
+        env["BENCH_QUICK"] = "1"
+    wanted = set(args.only.split(",")) if args.only else None
+    started = time.time()
+    t0 = time.perf_counter()
+    status: dict[str, dict[str, Any]] = {}
+    chosen = [p for p in PARTS if not wanted or p[0] in wanted]
+    for i, (name, script, part_args, _, budget) in enumerate(chosen):
+        if args.quick:
+            part_args = QUICK_ARGS.get(name, part_args)
+        later = sum(p[3] for p in chosen[i + 1 :])
+        left = TOTAL_S - (time.perf_counter() - t0) - later
+        status[name] = run_part(name, script, part_args, int(max(30, min(budget, left))), env)
+    total = time.perf_counter() - t0
+    (common.RESULTS / "run_all.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "run_all",
+                "quick": args.quick,
+                "total_seconds": round(total, 1),
+                "parts": status,
+                "machine": common.machine(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    # With --only, the other parts' earlier results still count; otherwise only this run's.
+    text = build(status, None if wanted else started - 1, total)
+    README.write_text(text)
+    print("\n" + text)
+    print(f"total {total / 60:.1f} min; table in bench/results/README.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""State transfer: a state dict from the notebook to every rank, 4 ranks.
+
+    python bench/state_transfer.py                  # 1 GiB, 3 repetitions
+    python bench/state_transfer.py --mib 256 --reps 1
+
+  push       ``%dist_push sd``: the kernel's state dict (float32 tensors of 64 MiB each)
+             cloudpickled and sent to every rank through ipyparallel
+  broadcast  ``%%dist``: rank 0 already holds the state dict; the others allocate empty
+             tensors of the same shapes and ``dist.broadcast`` each from rank 0 (gloo)
+
+Both timed in the kernel around the magic, interleaved; the ranks' copies are dropped
+between rounds. Peak memory of the machine (used RAM, sampled every 50 ms) is recorded
+for each side. Before starting, the size is checked against the available memory (a push
+to 4 ranks peaked at about 17x the size: the dict and its pickle in the kernel, one
+message per rank through the controller, each rank's message and unpickled copy); if
+1 GiB does not fit with a margin, the largest power of two that does is used and the
+JSON says so.
+Writes ``bench/results/state_transfer.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+RANKS = 4
+TENSOR_MIB = 64
+# Peak RAM of a push, in units of the state dict's size: the kernel holds the dict and
+# its pickle, each rank the message and the tensors, the controller the queued messages.
+PUSH_FACTOR = 17  # measured: +3.9 GiB for 256 MiB, +14.0 to +16.9 GiB for 1 GiB (4 ranks)
+MARGIN_GIB = 2.5
+
+BROADCAST = """
+import torch, torch.distributed as dist
+if rank != 0:
+    sd = {{f"w{{i}}": torch.empty({rows}, 4096) for i in range({count})}}
+for k in sorted(sd):
+    dist.broadcast(sd[k], 0)
+"""
+
+
+class PeakRam:
+    def __init__(self) -> None:
+        import psutil
+
+        self.psutil = psutil
+        self.base = psutil.virtual_memory().used
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self.psutil.virtual_memory().used)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return (self.peak - self.base) / 2**30
+
+
+def choose_size(asked_mib: int) -> tuple[int, str | None]:
+    import psutil
+
+    avail = psutil.virtual_memory().available / 2**30
+    size = asked_mib
+    while size > TENSOR_MIB and size / 1024 * PUSH_FACTOR + MARGIN_GIB > avail:
+        size //= 2
+    if size != asked_mib:
+        return size, (
+            f"{asked_mib} MiB x ~{PUSH_FACTOR} (kernel, controller, {RANKS} ranks) did not fit in "
+            f"{avail:.1f} GiB available; used {size} MiB"
+        )
+    return size, None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--mib", type=int, default=1024, help="state dict size, MiB (default 1 GiB)"
+    )
+    parser.add_argument("--reps", type=int, default=1 if common.quick() else 3)
+    args = parser.parse_args()
+
+    import torch
+
+    size, why = choose_size(args.mib)
+    count = max(1, size // TENSOR_MIB)
+    rows = TENSOR_MIB * 2**20 // 4 // 4096
+    print(
+        f"state dict: {count} tensors of {rows}x4096 float32 = {count * TENSOR_MIB} MiB"
+        + (f" ({why})" if why else "")
+    )
+
+    common.use_scratch_store()
+    ip = common.shell()
+    ip.run_line_magic("load_ext", "dist_notebook")
+    common.quietly(ip.run_line_magic, "dist_cluster", f"start -n {RANKS} --cpu")
+    times: dict[str, list[float]] = {"push": [], "broadcast": []}
+    peaks: dict[str, list[float]] = {"push": [], "broadcast": []}
+    try:
+        sd = {f"w{i}": torch.full((rows, 4096), float(i)) for i in range(count)}
+        ip.user_ns["sd"] = sd
+        check = f"float(sd['w{count - 1}'][{rows - 1}, 4095]) == {float(count - 1)}"
+        for rep in range(args.reps):
+            for side in common.interleave(["push", "broadcast"], rep):
+                # Start each round from the same place: no copy on the ranks but rank 0's.
+                common.quietly(ip.run_cell_magic, "dist", "", "sd = None\nimport gc; gc.collect()")
+                if side == "broadcast":
+                    common.quietly(
+                        ip.run_cell_magic,
+                        "dist",
+                        "--ranks 0",
+                        f"sd = {{f'w{{i}}': torch.full(({rows}, 4096), float(i)) "
+                        f"for i in range({count})}}",
+                    )
+                gc.collect()
+                time.sleep(0.5)
+                peak = PeakRam()
+                t0 = time.perf_counter()
+                if side == "push":
+                    common.quietly(ip.run_line_magic, "dist_push", "sd")
+                else:
+                    common.quietly(
+                        ip.run_cell_magic, "dist", "", BROADCAST.format(rows=rows, count=count)
+                    )
+                dt = time.perf_counter() - t0
+                peaks[side].append(peak.stop())
+                ok = common.quietly(ip.run_line_magic, "dist_pull", f"{check} --all")[0]
+                if not all(ok.values()):
+                    raise RuntimeError(f"{side}: wrong values on the ranks: {ok}")
+                times[side].append(dt)
+                print(
+                    f"rep {rep + 1} {side}: {dt:.2f} s, peak +{peaks[side][-1]:.1f} GiB RAM",
+                    flush=True,
+                )
+        common.quietly(ip.run_cell_magic, "dist", "", "sd = None\nimport gc; gc.collect()")
+    finally:
+        common.quietly(ip.run_line_magic, "dist_cluster", "stop")
+
+    mib = count * TENSOR_MIB
+    results: dict[str, Any] = {}
+    for side in times:
+        s = common.stats(times[side])
+        s["gib_per_s_to_all"] = mib / 1024 * RANKS / s["median"]
+        s["peak_ram_gib"] = max(peaks[side])
+        results[side] = s
+    results["push"]["vs_broadcast"] = results["push"]["median"] / results["broadcast"]["median"]
+    common.write_result(
+        "state_transfer",
+        {
+            "what": f"seconds to get a {mib} MiB state dict onto {RANKS} ranks "
+            f"(float32, {count} tensors)",
+            "ranks": RANKS,
+            "mib": mib,
+            "asked_mib": args.mib,
+            "size_note": why,
+            "reps": args.reps,
+            "results": results,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
