@@ -65,7 +65,8 @@ def main() -> None:
     ip.run_line_magic("dist_cluster", "stop")
     print(f"\nstart: {start_s:.1f} s; ranks: {ranks}\n")
     print(
-        "| run | samples/s %%dist_train | samples/s torchrun | ratio | MFU %%dist_train | MFU torchrun | step ms |"
+        "| run | samples/s %%dist_train | samples/s torchrun | ratio "
+        "| MFU %%dist_train | MFU torchrun | step ms |"
     )
     print("|---|---|---|---|---|---|---|")
     for i, (a, b) in enumerate(rows):
