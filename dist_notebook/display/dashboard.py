@@ -46,7 +46,10 @@ def _fmt(value: float | None, pattern: str) -> str:
 class Dashboard:
     """Widgets over a run: header, curves + bars image, per-rank table, Stop button."""
 
-    def __init__(self, run: Any, steps: int | None = None) -> None:
+    def __init__(self, run: Any, steps: int | None = None, blocking: bool = False) -> None:
+        """*blocking*: the run holds the kernel (a plain cell). The kernel then reads no
+        widget messages until the cell ends, so a click could not act in time: the
+        button says how to stop instead (the kernel's interrupt, or the side panel)."""
         self.run = run
         self.metrics: RunMetrics = run.metrics
         self.steps = steps
@@ -69,6 +72,14 @@ class Dashboard:
         self.table = widgets.HTML()
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop")
         self.stop_button.on_click(self._on_stop)
+        if blocking:
+            self.stop_button.disabled = True
+            self.stop_button.tooltip = (
+                "This cell holds the kernel: stop it with the kernel's interrupt (the notebook's"
+                " stop button, or I I), or with Stop in the dist-notebook side panel. Runs"
+                " started with --background can be stopped here."
+            )
+            self.stop_button.description = "Stop: interrupt the kernel"
         self.widget = widgets.VBox(
             [widgets.HBox([self.header, self.stop_button]), self.image, self.table]
         )

@@ -121,7 +121,7 @@ class TrainMagics(Magics):
         if not args.no_dashboard:
             from ..display import Dashboard
 
-            dashboard = Dashboard(run, steps=args.steps)
+            dashboard = Dashboard(run, steps=args.steps, blocking=not args.background)
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
         if args.background:

@@ -98,3 +98,16 @@ def test_slow_pictures_are_spaced_out_but_the_text_is_not(monkeypatch: Any) -> N
     wait_for(lambda: len(pictures) == 2, 5, "the spaced picture")
     assert pictures[1] - t0 > 0.8
     board.finish()
+
+
+def test_a_blocking_run_says_how_to_stop_it() -> None:
+    # A plain %%dist_train cell holds the kernel, which then reads no widget messages:
+    # the button must not pretend to work, and must name what does.
+    board = Dashboard(StandInRun(), blocking=True)
+    assert board.stop_button.disabled
+    assert "interrupt" in board.stop_button.description
+    assert "--background" in board.stop_button.tooltip
+    background = Dashboard(StandInRun(), blocking=False)
+    assert not background.stop_button.disabled
+    board.finish()
+    background.finish()
