@@ -86,7 +86,10 @@ class TrainMagics(Magics):
     def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
         """Run a training cell (or, as a line magic, an expression) on every rank."""
         flags, expression = split_flags(self.parser, line)
-        args = self.parser.parse_line(flags)
+        # {name} in the flags takes the notebook's value (--steps {total_steps}), as in
+        # any magic; the expression is code for the ranks and is left as written.
+        assert self.shell is not None
+        args = self.parser.parse_line(self.shell.var_expand(flags))
         if cell is None:
             if not expression:
                 raise UsageError(
