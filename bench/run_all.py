@@ -337,7 +337,7 @@ def section_state(d: dict[str, Any]) -> str:
     r = d["results"]
     rows = [
         [
-            "`%dist_push sd` (cloudpickle through ipyparallel)",
+            "`%dist_push sd` (to rank 0, then broadcast)",
             fmt(r["push"]["median"]),
             ", ".join(f"{v:.1f}" for v in r["push"]["values"]),
             fmt(r["push"]["gib_per_s_to_all"]),
@@ -451,10 +451,10 @@ falls on all of them; numbers are medians, ratios are median over median. Regene
 wide min-max spreads: read a difference between medians as real only where the spreads do
 not overlap.""",
     "state_transfer": """
-A push pickles the whole dict in the kernel, ipyparallel sends one message per rank
-through the controller, and each rank unpickles its own copy: with 4 ranks the machine's
-RAM peaks at about 17x the size. The size is chosen when the part starts: 1 GiB when
-17 GiB plus a 2.5 GiB margin are available, else the largest power of two that fits (the
+A push pickles the whole dict in the kernel and sends it once to rank 0 (one zero-copy
+buffer through ipyparallel), which broadcasts it over the process group to the others;
+each rank then unpickles its copy. The size is chosen when the part starts: 1 GiB when
+8 GiB plus a 2.5 GiB margin are available, else the largest power of two that fits (the
 JSON and the line above say which).""",
 }
 

@@ -11,10 +11,9 @@
 Both timed in the kernel around the magic, interleaved; the ranks' copies are dropped
 between rounds. Peak memory of the machine (used RAM, sampled every 50 ms) is recorded
 for each side. Before starting, the size is checked against the available memory (a push
-to 4 ranks peaked at about 17x the size: the dict and its pickle in the kernel, one
-message per rank through the controller, each rank's message and unpickled copy); if
-1 GiB does not fit with a margin, the largest power of two that does is used and the
-JSON says so.
+to 4 ranks peaks at up to about 8x the size: the dict and its pickle in the kernel, the
+copy sent to rank 0, each rank's received bytes and unpickled copy); if 1 GiB does not
+fit with a margin, the largest power of two that does is used and the JSON says so.
 Writes ``bench/results/state_transfer.json``.
 """
 
@@ -35,7 +34,7 @@ RANKS = 4
 TENSOR_MIB = 64
 # Peak RAM of a push, in units of the state dict's size: the kernel holds the dict and
 # its pickle, each rank the message and the tensors, the controller the queued messages.
-PUSH_FACTOR = 17  # measured: +3.9 GiB for 256 MiB, +14.0 to +16.9 GiB for 1 GiB (4 ranks)
+PUSH_FACTOR = 8  # measured: +3.3 to +5.8 GiB for 512 MiB-1 GiB since push broadcasts from rank 0
 MARGIN_GIB = 2.5
 
 BROADCAST = """

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import cloudpickle
+import numpy
 
 from ..engine import values
 from .execute import apply_on_ranks
@@ -22,7 +23,8 @@ def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) 
     if not everyone or cluster.n == 1:
         apply_on_ranks(cluster, values.set_values, blob, ranks=ranks)
         return
-    apply_on_ranks(cluster, values.stash, blob, ranks=[0])
+    # As a uint8 array, ipyparallel sends the blob as one buffer, without a pickled copy.
+    apply_on_ranks(cluster, values.stash, numpy.frombuffer(blob, dtype=numpy.uint8), ranks=[0])
     apply_on_ranks(cluster, values.share_values, 0)
 
 

@@ -14,7 +14,7 @@ def _namespace() -> dict[str, Any]:
     return shell.user_ns
 
 
-def set_values(blob: bytes) -> list[str]:
+def set_values(blob: Any) -> list[str]:
     """Bind the (cloudpickled) name -> value mapping in this rank's namespace."""
     import pickle
 
@@ -30,11 +30,11 @@ def evaluate(expression: str) -> Any:
     return eval(compile(expression, "<dist_pull>", "eval"), _namespace())  # noqa: S307
 
 
-_stash: bytes | None = None
+_stash: Any = None
 
 
-def stash(blob: bytes) -> int:
-    """On the source rank: keep *blob* for the broadcast that follows."""
+def stash(blob: Any) -> int:
+    """On the source rank: keep *blob* (a uint8 array) for the broadcast that follows."""
     global _stash
     _stash = blob
     return len(blob)
@@ -43,17 +43,25 @@ def stash(blob: bytes) -> int:
 def share_values(src: int) -> list[str]:
     """Every rank: receive rank *src*'s stashed blob over the process group, bind it.
 
-    Only rank *src* gets the blob from the kernel; the others get it by broadcast,
-    which is far cheaper than one copy per rank through the controller (measured for
-    1 GiB on 4 CPU ranks: 19 s and 16 GiB of peak memory that way, 1.6 s to broadcast).
+    Only rank *src* gets the blob from the kernel (as one zero-copy buffer); the others
+    get it by a tensor broadcast, far cheaper than one copy per rank through the
+    controller. On NCCL the bytes travel through the rank's GPU.
     """
     global _stash
+    import numpy
+    import torch
     import torch.distributed as dist
 
-    box = [_stash if dist.get_rank() == src else None]
-    _stash = None
-    dist.broadcast_object_list(box, src=src)
-    received = box[0]
-    if received is None:
+    device = torch.device("cuda", 0) if dist.get_backend() == "nccl" else torch.device("cpu")
+    mine = dist.get_rank() == src
+    size = torch.tensor([len(_stash) if mine and _stash is not None else -1], device=device)
+    dist.broadcast(size, src=src)
+    if int(size.item()) < 0:
         raise RuntimeError(f"rank {src} had nothing to share: push again")
-    return set_values(received)
+    if mine:
+        data = torch.from_numpy(numpy.asarray(_stash, dtype=numpy.uint8)).to(device)
+    else:
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    _stash = None
+    dist.broadcast(data, src=src)
+    return set_values(data.cpu().numpy())
