@@ -20,8 +20,9 @@ interleaved (a b c a b c ...) so drift in the machine's load falls on all of the
 
 Latency, from runs of (a): report() to the collector (``time.time()`` when the collector
 hands a record to RunMetrics minus the record's own ``time``, set by report() on the
-rank), and report() to the widgets (the end of a dashboard render minus the time of the
-newest record it drew; renders are throttled to 4 a second, so this includes the wait).
+rank), and report() to the widgets (the end of a dashboard update minus the time of the
+newest record it shows; the text is updated at most 8 times a second, so this includes
+the wait; "one dashboard render" is the picture, redrawn within 2% of one core).
 
 Writes ``bench/results/train_overhead.json`` and prints a markdown table.
 """
@@ -126,21 +127,19 @@ class Probe:
                 probe.collector_ms.extend((now - r["time"]) * 1000 for r in records)
             add(metrics, records)
 
-        def timed_render(dashboard: Any) -> None:
+        def timed_render(dashboard: Any, picture: bool = True) -> None:
+            # The newest record's time, read without copying the series.
             newest = max(
-                (
-                    recs[-1]["time"]
-                    for r in dashboard.metrics.ranks
-                    if (recs := dashboard.metrics.records(r))
-                ),
+                (s.last_time for s in dashboard.metrics.summaries() if s.last_time is not None),
                 default=None,
             )
             start = time.time()
-            render(dashboard)
+            render(dashboard, picture)
             end = time.time()
             if not probe.active:
                 return
-            probe.render_ms.append((end - start) * 1000)
+            if picture:
+                probe.render_ms.append((end - start) * 1000)
             probe.renders += 1
             if newest is not None and dashboard.run.state.value == "running":
                 probe.widget_ms.append((end - newest) * 1000)

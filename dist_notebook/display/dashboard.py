@@ -24,7 +24,7 @@ from ..metrics import RankSummary, RunMetrics
 from .plots import RunFigure
 
 MAX_FPS = 8.0  # text (header, per-rank table) updates a second, at most
-MAX_BUSY = 0.05  # share of one core the picture's redraws may use
+MAX_BUSY = 0.02  # share of one core the picture's redraws may use
 MAX_PICTURE_FPS = 4.0
 STALL_AFTER = 5.0  # seconds without a record (at least 10 step times) before "no progress"
 TICK = 1.0  # seconds between refreshes of the text (elapsed, ETA, silent ranks)

@@ -81,8 +81,14 @@ class RunMetrics:
         return common, [statistics.fmean(d[s] for d in per_rank) for s in common]
 
     def summary(self, rank: int) -> RankSummary:
-        recs = self.records(rank)
-        recent = recs[-WINDOW:]
+        """The rank's latest measures; costs O(WINDOW), not O(records), so the dashboard
+        can ask several times a second during a long run."""
+        with self._lock:
+            all_recs = self._records.get(rank, [])
+            count = len(all_recs)
+            recent = all_recs[-WINDOW:]
+            last_loss = _last(all_recs, "loss", numeric=True)
+            last_step = _last(all_recs, "step", numeric=False)
         steps = [r["step_time"] for r in recent if isinstance(r.get("step_time"), int | float)]
         step_time = statistics.median(steps) if steps else None
         samples = [r for r in recent if isinstance(r.get("samples"), int | float)]
@@ -96,17 +102,15 @@ class RunMetrics:
             for r in recent
             if isinstance(r.get("comm_time"), int | float) and r.get("step_time")
         ]
-        losses = [r["loss"] for r in recs if isinstance(r.get("loss"), int | float)]
-        stepped = [r["step"] for r in recs if r.get("step") is not None]
         return RankSummary(
             rank=rank,
-            records=len(recs),
-            last_step=stepped[-1] if stepped else None,
-            last_loss=losses[-1] if losses else None,
+            records=count,
+            last_step=last_step,
+            last_loss=last_loss,
             step_time=step_time,
             samples_per_s=samples_per_s,
             comm_share=min(1.0, statistics.fmean(comm)) if comm else None,
-            last_time=recs[-1]["time"] if recs else None,
+            last_time=recent[-1]["time"] if recent else None,
         )
 
     def summaries(self) -> list[RankSummary]:
@@ -117,3 +121,12 @@ class RunMetrics:
             for s in out:
                 s.straggler = bool(s.step_time and s.step_time > STRAGGLER_FACTOR * median)
         return out
+
+
+def _last(records: list[dict[str, Any]], key: str, numeric: bool) -> Any:
+    """The newest value of *key*, looking back from the end (usually one step)."""
+    for rec in reversed(records):
+        value = rec.get(key)
+        if value is not None and (not numeric or isinstance(value, int | float)):
+            return value
+    return None
