@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml
 -include mk/extension.mk
 
 lab: venv ext-build
-	DIST_NOTEBOOK_STORE=$${DIST_NOTEBOOK_STORE:-} $(VENV)/bin/jupyter lab --ip=127.0.0.1 \
-		--ServerApp.root_dir=notebooks
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
+		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
