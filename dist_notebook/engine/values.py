@@ -24,10 +24,14 @@ def set_values(blob: Any) -> list[str]:
 
 
 def evaluate(expression: str) -> Any:
-    """Evaluate the user's expression in this rank's namespace (as a cell would)."""
-    # The expression is the user's own code, run where their cells run; nothing from
-    # the kernel is evaluated here.
-    return eval(compile(expression, "<dist_pull>", "eval"), _namespace())  # noqa: S307
+    """The value of the user's expression in this rank's namespace, as a cell computes it
+    (IPython's own evaluation in the user namespace; nothing from the kernel runs here)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("not running inside an engine")
+    return shell.ev(expression)
 
 
 _stash: Any = None
