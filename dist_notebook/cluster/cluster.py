@@ -29,8 +29,14 @@ import psutil
 
 from ..engine import group
 from ..store import StoreError, StoreWriter
+from ..store.recorder import record
 from . import registry
-from .launchers import REMOTE_ENGINE_LAUNCHERS, OurControllerLauncher, RankEngineSetLauncher
+from .launchers import (
+    REMOTE_ENGINE_LAUNCHERS,
+    OurControllerLauncher,
+    PrivateCluster,
+    RankEngineSetLauncher,
+)
 from .loop import run_sync
 from .spec import ClusterSpec
 
@@ -156,15 +162,15 @@ class DistCluster:
         for info in self.ranks:
             if info.rank in ranks:
                 info.state = "dead"
-                writer = self.writer()
-                if writer:
-                    try:
-                        writer.set_rank_state(self.id, info.rank, "dead")
-                        writer.add_event(
-                            "rank-died", ranks[info.rank], cluster_id=self.id, rank=info.rank
-                        )
-                    except StoreError as e:
-                        log.warning("%s", e)
+                record(self.writer(), "set_rank_state", self.id, info.rank, "dead")
+                record(
+                    self.writer(),
+                    "add_event",
+                    "rank-died",
+                    ranks[info.rank],
+                    cluster_id=self.id,
+                    rank=info.rank,
+                )
         if ranks and self.state == ClusterState.READY:
             self.state = ClusterState.DEGRADED
             self._store_state("degraded")
@@ -282,7 +288,7 @@ class DistCluster:
         engines: Any = RankEngineSetLauncher
         if spec.launcher != "local":
             engines = REMOTE_ENGINE_LAUNCHERS[spec.launcher]
-        return _PrivateCluster(
+        return PrivateCluster(
             n=spec.n,
             controller_ip=spec.ip,
             controller_launcher_class=OurControllerLauncher,
@@ -432,22 +438,11 @@ class DistCluster:
         if self._ipp is not None:
             # ipyparallel stops engines one after the other, waiting for each to exit
             # (~3 s each with torch loaded); signalled together they exit in parallel.
-            self._signal_local_engines(signal.SIGTERM)
             try:
+                await self._ipp.signal_engines(signal.SIGTERM)
                 await self._ipp.stop_cluster()
             except Exception as e:  # a process already gone is fine; say anything else
                 log.warning("stopping the ipyparallel cluster: %s", e)
-
-    def _signal_local_engines(self, sig: int) -> None:
-        """Send *sig* to every running engine of our local launchers (not remote ones)."""
-        if self._ipp is None or self.spec.launcher != "local":
-            return
-        for engine_set in list(self._ipp.engines.values()):
-            for launcher in list(getattr(engine_set, "launchers", {}).values()):
-                try:
-                    launcher.signal(sig)  # does nothing once the process has exited
-                except Exception as e:  # already gone: the stop below handles the rest
-                    log.debug("signalling engine %s: %s", getattr(launcher, "pid", "?"), e)
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:
@@ -461,51 +456,29 @@ class DistCluster:
         return self._store
 
     def _record_cluster(self) -> None:
-        writer = self.writer()
-        if writer and self._ipp is not None:
-            writer.add_cluster(
-                self.id,
-                n=self.n,
-                backend=self.backend,
-                kernel_pid=os.getpid(),
-                profile_dir=self._ipp.profile_dir,
-                ipp_cluster_id=self._ipp.cluster_id,
-            )
+        assert self._ipp is not None
+        record(
+            self.writer(),
+            "add_cluster",
+            self.id,
+            n=self.n,
+            backend=self.backend,
+            kernel_pid=os.getpid(),
+            profile_dir=self._ipp.profile_dir,
+            ipp_cluster_id=self._ipp.cluster_id,
+        )
 
     def _record_ranks(self) -> None:
-        writer = self.writer()
-        if writer:
-            writer.set_ranks(self.id, [r.to_dict() for r in self.ranks])
+        record(self.writer(), "set_ranks", self.id, [r.to_dict() for r in self.ranks])
 
     def _store_state(self, state: str) -> None:
-        writer = self.writer()
-        if writer:
-            try:
-                writer.set_cluster_state(self.id, state, self.backend)
-                if state in ("stopped", "failed"):
-                    for r in self.ranks:
-                        writer.set_rank_state(self.id, r.rank, "stopped")
-            except StoreError as e:
-                log.warning("%s", e)
+        record(self.writer(), "set_cluster_state", self.id, state, self.backend)
+        if state in ("stopped", "failed"):
+            for r in self.ranks:
+                record(self.writer(), "set_rank_state", self.id, r.rank, "stopped")
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"
-
-
-class _PrivateCluster(ipp.Cluster):
-    """ipyparallel's Cluster, with its cluster file readable by the owner only.
-
-    ipyparallel writes ``security/cluster-*.json`` (pids, log paths, launcher state)
-    with the default umask, i.e. world-readable; its connection files are 0600 already.
-    """
-
-    def write_cluster_file(self) -> None:
-        if self.cluster_file:
-            os.makedirs(os.path.dirname(self.cluster_file), mode=0o700, exist_ok=True)
-            # Created 0600 before ipyparallel opens it: an existing file keeps its mode.
-            os.close(os.open(self.cluster_file, os.O_CREAT | os.O_WRONLY, 0o600))
-            os.chmod(self.cluster_file, 0o600)
-        super().write_cluster_file()
 
 
 def _first_error(e: ipp.error.CompositeError) -> str:

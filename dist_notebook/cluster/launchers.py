@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ipyparallel import Cluster
 from ipyparallel.cluster.launcher import (
     LocalControllerLauncher,
     LocalEngineLauncher,
@@ -64,3 +65,19 @@ class OurControllerLauncher(LocalControllerLauncher):
         # this the controller would outlive a killed kernel.
         env[PARENT_ENV] = str(os.getpid())
         return env
+
+
+class PrivateCluster(Cluster):
+    """ipyparallel's Cluster, with its cluster file readable by the owner only.
+
+    ipyparallel writes ``security/cluster-*.json`` (pids, log paths, launcher state)
+    with the default umask, i.e. world-readable; its connection files are 0600 already.
+    """
+
+    def write_cluster_file(self) -> None:
+        if self.cluster_file:
+            os.makedirs(os.path.dirname(self.cluster_file), mode=0o700, exist_ok=True)
+            # Created 0600 before ipyparallel opens it: an existing file keeps its mode.
+            os.close(os.open(self.cluster_file, os.O_CREAT | os.O_WRONLY, 0o600))
+            os.chmod(self.cluster_file, 0o600)
+        super().write_cluster_file()

@@ -21,7 +21,8 @@ from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
 from ..engine import training as engine_training
 from ..metrics import RunMetrics
-from ..store import StoreError, StoreWriter
+from ..store import StoreWriter
+from ..store.recorder import record
 from .collector import Collector
 
 log = logging.getLogger("dist_notebook")
@@ -88,7 +89,8 @@ class TrainingRun:
         self._cancelled = threading.Event()
         self._listeners: list[Callable[[], None]] = []
         self._futures: dict[int, Any] = {}
-        self._record(
+        record(
+            self._writer,
             "add_run",
             self.id,
             name=self.name,
@@ -224,7 +226,7 @@ class TrainingRun:
     ) -> None:
         self.state = state
         self.rank_states.update(ranks)
-        self._record("set_run_state", self.id, state.value, error)
+        record(self._writer, "set_run_state", self.id, state.value, error)
         detail = (
             {
                 f.rank: f"{f.error.ename}: {f.error.evalue}"
@@ -235,14 +237,6 @@ class TrainingRun:
             else {}
         )
         for rank, rank_state in ranks.items():
-            self._record("set_run_rank", self.id, rank, rank_state, detail.get(rank))
+            record(self._writer, "set_run_rank", self.id, rank, rank_state, detail.get(rank))
         for listener in self._listeners:
             listener()
-
-    def _record(self, method: str, *args: Any, **kwargs: Any) -> None:
-        if self._writer is None:
-            return
-        try:
-            getattr(self._writer, method)(*args, **kwargs)
-        except StoreError as e:
-            log.warning("%s", e)
