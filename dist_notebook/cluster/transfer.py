@@ -28,7 +28,26 @@ def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) 
     apply_on_ranks(cluster, values.share_values, 0)
 
 
+class PullError(RuntimeError):
+    """A pulled value could not be rebuilt in the kernel; the message names the fix."""
+
+
 def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
-    """Evaluate *expression* on each rank and return {rank: value}."""
+    """Evaluate *expression* on each rank and return {rank: value}.
+
+    The ranks send the value cloudpickled (classes of ``%%dist`` cells by value); it is
+    rebuilt here, where a failure is an error with a remedy, not a hang.
+    """
     outputs = apply_on_ranks(cluster, values.evaluate, expression, ranks=ranks)
-    return {o.rank: o.value for o in outputs}
+    return {o.rank: _load(o.value, expression, o.rank) for o in outputs}
+
+
+def _load(blob: bytes, expression: str, rank: int) -> Any:
+    try:
+        return cloudpickle.loads(blob)
+    except Exception as e:
+        raise PullError(
+            f"the value of {expression!r} on rank {rank} cannot be rebuilt in the notebook "
+            f"({type(e).__name__}: {e}): import or define what it needs in the notebook "
+            "too, or pull plain data (e.g. a dict of its fields or tensors)"
+        ) from None

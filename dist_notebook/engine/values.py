@@ -23,15 +23,29 @@ def set_values(blob: Any) -> list[str]:
     return sorted(values)
 
 
-def evaluate(expression: str) -> Any:
+def evaluate(expression: str) -> bytes:
     """The value of the user's expression in this rank's namespace, as a cell computes it
-    (IPython's own evaluation in the user namespace; nothing from the kernel runs here)."""
+    (IPython's own evaluation in the user namespace; nothing from the kernel runs here),
+    pickled with cloudpickle.
+
+    Pickled here, by value: a class defined in a ``%%dist`` cell lives in the engine's
+    ``__main__``, which the kernel's ``__main__`` lacks. Left to ipyparallel, the kernel's
+    receiving thread failed to unpickle the reply and the pull waited forever.
+    """
+    import cloudpickle
     from IPython import get_ipython
 
     shell = get_ipython()
     if shell is None:
         raise RuntimeError("not running inside an engine")
-    return shell.ev(expression)
+    value = shell.ev(expression)
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as e:
+        raise TypeError(
+            f"the value of {expression!r} cannot be sent to the notebook ({type(e).__name__}: "
+            f"{e}); pull plain data instead, e.g. a dict of its fields or tensors"
+        ) from None
 
 
 _stash: Any = None

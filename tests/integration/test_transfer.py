@@ -52,3 +52,57 @@ def test_pull_of_an_unknown_name_names_the_rank(shell: Any, cluster2: Any) -> No
 
     with pytest.raises(RankError, match="rank 0 raised NameError"):
         shell.run_line_magic("dist_pull", "no_such_name_anywhere")
+
+
+def _in_thread(fn: Any, limit: float) -> Any:
+    """fn() in a thread: its result, or a failure if it has not returned within *limit* s
+    (a hang then fails the test instead of blocking the session)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test below
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert not thread.is_alive(), f"still waiting after {limit} s"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_pull_an_instance_of_a_class_defined_with_dist(shell: Any, cluster2: Any) -> None:
+    # The README's way to define classes; the class exists only in the ranks' __main__.
+    shell.run_cell_magic("dist", "", "class Cfg:\n    lr = 0.1\ncfg = Cfg()\ncfg.rank = rank\n")
+    cfg = _in_thread(lambda: shell.run_line_magic("dist_pull", "cfg"), 20)
+    assert type(cfg).__name__ == "Cfg" and cfg.lr == 0.1 and cfg.rank == 0
+    both = _in_thread(lambda: shell.run_line_magic("dist_pull", "cfg --all"), 20)
+    assert {r: c.rank for r, c in both.items()} == {0: 0, 1: 1}
+
+
+def test_pull_of_a_value_that_cannot_travel_says_so(shell: Any, cluster2: Any) -> None:
+    from dist_notebook.cluster.execute import RankError
+
+    shell.run_cell_magic("dist", "", "import threading\nlock = threading.Lock()\n")
+    with pytest.raises(RankError, match="cannot be sent to the notebook.*pull plain data"):
+        _in_thread(lambda: shell.run_line_magic("dist_pull", "lock"), 20)
+
+
+def test_pull_of_a_value_the_kernel_cannot_rebuild_says_so(shell: Any, cluster2: Any) -> None:
+    from dist_notebook.cluster.transfer import PullError
+
+    # A module that exists on the ranks only: its objects pickle by reference.
+    shell.run_cell_magic(
+        "dist",
+        "",
+        "import sys, types\nmod = types.ModuleType('only_on_ranks')\n"
+        "exec('class Thing:\\n    pass', mod.__dict__)\nmod.Thing.__module__ = 'only_on_ranks'\n"
+        "sys.modules['only_on_ranks'] = mod\nthing = mod.Thing()\n",
+    )
+    with pytest.raises(PullError, match="cannot be rebuilt in the notebook.*import or define"):
+        _in_thread(lambda: shell.run_line_magic("dist_pull", "thing"), 20)
