@@ -103,3 +103,80 @@ def test_script_that_raises(
         shell.run_line_magic("dist_run", str(script))
     err = capsys.readouterr().err
     assert "[rank 0] RuntimeError: no data here" in err
+
+
+# Rank 1 fails while rank 0 waits for it in an all_reduce of the script's own group
+# (torch's default timeout: 30 minutes). How it fails is the parameter.
+FAILS_IN_COLLECTIVE = """
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(0.5)
+    {failure}
+t = torch.ones(1)
+dist.all_reduce(t)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_1"),
+    [("raise ValueError('bad batch')", 1), ("sys.exit(2)", 2)],
+    ids=["raises", "exits"],
+)
+def test_script_failing_while_its_peer_is_in_a_collective(
+    shell: Any,
+    cluster2: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    failure: str,
+    exit_1: int,
+) -> None:
+    import time
+
+    script = tmp_path / "stuck.py"
+    script.write_text(FAILS_IN_COLLECTIVE.format(failure=failure))
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=r"stuck.py failed on rank"):
+        shell.run_line_magic("dist_run", str(script))
+    took = time.monotonic() - t0
+    # Released within seconds, not the 30-minute default (bound generous for a busy host).
+    assert took < 20, f"the cell took {took:.1f} s"
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
+    assert rows["0"][0] != "0" and rows["0"][1] == "failed", out
+    assert rows["1"] == [str(exit_1), "failed"], out
+    assert "not reached" not in out
+    group_still_works(shell, capsys)
+
+
+def test_script_imports_a_module_beside_it(
+    shell: Any, cluster2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As pytorch/examples' DDP tutorial: `from datautils import ...` next to the script.
+    (tmp_path / "datautils_t12.py").write_text("SIZE = 7\n")
+    script = tmp_path / "uses_helper.py"
+    script.write_text("import datautils_t12\nprint('size', datautils_t12.SIZE)\n")
+    shell.run_line_magic("dist_run", str(script))
+    out = capsys.readouterr().out
+    assert "[rank 0] size 7" in out and "[rank 1] size 7" in out
+    # The script's directory does not stay on the ranks' path.
+    assert (
+        shell.run_line_magic("dist_pull", f"{str(tmp_path)!r} in __import__('sys').path") is False
+    )
+
+
+def test_cuda_script_on_cpu_ranks_says_how_to_get_gpus(
+    shell: Any, cluster2: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "gpu_only.py"
+    script.write_text("import os, torch\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n")
+    with pytest.raises(UsageError, match=r"gpu_only.py failed on rank 0"):
+        shell.run_line_magic("dist_run", str(script))
+    err = capsys.readouterr().err
+    assert "the ranks have no GPU" in err and "%dist_cluster start --gpus" in err
