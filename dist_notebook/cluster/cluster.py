@@ -21,38 +21,30 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
 import ipyparallel as ipp
 import psutil
+from traitlets.config import Config
 
 from ..engine import group
+from ..protocol import ClusterState
 from ..store import StoreError, StoreWriter
 from ..store.recorder import record
 from . import registry
+from .hosts import lost_ranks, remote_engine_env
 from .launchers import (
-    REMOTE_ENGINE_LAUNCHERS,
     OurControllerLauncher,
     PrivateCluster,
     RankEngineSetLauncher,
+    remote_engines,
 )
 from .loop import run_sync
+from .placement import ranks_across_hosts
 from .spec import ClusterSpec
 
 log = logging.getLogger("dist_notebook")
 Progress = Callable[[str], None]
-
-
-class ClusterState(str, Enum):
-    NEW = "new"
-    STARTING = "starting"
-    READY = "ready"
-    RESTARTING = "restarting"
-    FAILED = "failed"
-    DEGRADED = "degraded"  # a rank died; restart to replace it
-    STOPPING = "stopping"
-    STOPPED = "stopped"
 
 
 class ClusterError(RuntimeError):
@@ -103,6 +95,7 @@ class DistCluster:
         # exit records of engines already replaced.
         self._engine_sets: list[str] = []
         self.pair_ports: list[int] = []
+        self.master_addr: str | None = None
         self._buried: set[tuple[str, str]] = set()
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
         self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
@@ -139,6 +132,8 @@ class DistCluster:
         """
         if self._ipp is None:
             return {}
+        if self.spec.launcher != "local":
+            return lost_ranks(self.ranks, set(self.client.ids) if self.client else set())
         dead = {}
         for set_id in self._engine_sets:
             engine_set = self._ipp.engines.get(set_id)
@@ -226,7 +221,8 @@ class DistCluster:
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
         t0 = time.perf_counter()
-        dead = {} if everything else self.dead_ranks()
+        # Remote engines are started per host by their launcher: restart them all.
+        dead = {} if everything or self.spec.launcher != "local" else self.dead_ranks()
         self.state = ClusterState.RESTARTING
         self._store_state("restarting")
         old = set(self.client.ids)
@@ -286,9 +282,11 @@ class DistCluster:
     def _make_ipp_cluster(self) -> ipp.Cluster:
         spec = self.spec
         engines: Any = RankEngineSetLauncher
+        config: dict[str, Any] = {}
         if spec.launcher != "local":
-            engines = REMOTE_ENGINE_LAUNCHERS[spec.launcher]
+            engines, config = remote_engines(spec)  # SSH, MPI, Slurm: cluster/hosts.py
         return PrivateCluster(
+            config=Config(config),
             n=spec.n,
             controller_ip=spec.ip,
             controller_launcher_class=OurControllerLauncher,
@@ -318,6 +316,8 @@ class DistCluster:
             env["DIST_NOTEBOOK_CPU"] = "1"
         if spec.launcher == "local":
             env["DIST_NOTEBOOK_PARENT_PID"] = str(os.getpid())
+        if spec.launcher != "local":
+            env = remote_engine_env(spec, env)
         env.update(spec.extra_engine_env)
         return env
 
@@ -383,6 +383,10 @@ class DistCluster:
         """Learn which engine (of *ids*) holds which rank, then create the process group."""
         client = self.client
         assert client is not None
+        if self.spec.launcher != "local":
+            self.ranks, self.master_addr = await ranks_across_hosts(client, ids, RankInfo)
+            await self.init_group()
+            return
         infos = await asyncio.wrap_future(client[ids].apply_async(group.rank_info))
         ranks = []
         for position, (eid, info) in enumerate(zip(ids, infos, strict=True)):
@@ -404,7 +408,7 @@ class DistCluster:
         self._generation += 1
         spec = self.spec
         self.progress(f"creating the {self.backend} process group")
-        addr = spec.ip
+        addr = self.master_addr or spec.ip  # rank 0's own address on remote hosts
         rank0 = self.engine_ids([0])[0]
         port = await asyncio.wrap_future(
             client[rank0].apply_async(group.host_store, addr, spec.timeout)

@@ -84,7 +84,7 @@ class Dashboard:
             [widgets.HBox([self.header, self.stop_button]), self.image, self.table]
         )
         self._handle: Any = None
-        self.metrics.subscribe(self.request_render)
+        self.metrics.subscribe(lambda _records: self.request_render())
         run.on_state(self.request_render)
         self._ticker = threading.Thread(target=self._tick, name="dist-notebook-tick", daemon=True)
 

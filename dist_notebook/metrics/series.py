@@ -1,47 +1,53 @@
-"""A run's metric records, per rank, with the measures the dashboard shows.
+"""A run's metric records, per rank, in memory, with the measures every view shows.
 
-Every record is kept (full history per rank). Derived measures come from a short
-window of recent records so they follow changes during a run:
-
-- step time: median of the last ``WINDOW`` intervals between a rank's reports;
-- samples/s: samples reported over the window divided by its duration;
-- comm share: gradient all-reduce time (``comm_time``) over step time;
-- straggler: a rank whose step time is more than 20% above the median rank's.
+Every record is kept (full history per rank). The derived measures are
+``dist_notebook.protocol``'s (computed there, once, for the cell, the panel and
+``load_run``); this module only keeps the records and the few running facts those
+measures need, so a summary costs O(WINDOW), not O(records).
 """
 
 from __future__ import annotations
 
-import statistics
+import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-WINDOW = 20
-STRAGGLER_FACTOR = 1.2
+from .. import protocol
+from ..protocol import RankSummary, Record, RunSummary
 
-Listener = Callable[[], None]
+Listener = Callable[[list[Record]], None]
 
 
-@dataclass
-class RankSummary:
-    rank: int
-    records: int
-    last_step: int | None
-    last_loss: float | None
-    step_time: float | None
-    samples_per_s: float | None
-    comm_share: float | None
-    last_time: float | None
-    straggler: bool = False
+class _RankLog:
+    __slots__ = ("records", "first_step", "last_step", "last_loss")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.first_step: int | None = None
+        self.last_step: int | None = None
+        self.last_loss: float | None = None
+
+    def add(self, rec: Record) -> None:
+        self.records.append(rec)
+        if rec.step is not None:
+            if self.first_step is None:
+                self.first_step = rec.step
+            self.last_step = rec.step
+        loss = rec.metrics.get("loss")
+        if loss is not None and math.isfinite(loss):
+            self.last_loss = loss
 
 
 class RunMetrics:
-    """Thread-safe: the collector thread adds, the display thread reads."""
+    """Thread-safe: the collector thread adds, the display thread reads.
 
-    def __init__(self, ranks: list[int]) -> None:
+    Listeners get each new batch of records (on the collector's thread: keep them quick).
+    """
+
+    def __init__(self, ranks: list[int], hosts: dict[int, str] | None = None) -> None:
         self.ranks = list(ranks)
-        self._records: dict[int, list[dict[str, Any]]] = {r: [] for r in ranks}
+        self.hosts = dict(hosts or {})
+        self._logs: dict[int, _RankLog] = {r: _RankLog() for r in ranks}
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self.count = 0
@@ -49,27 +55,35 @@ class RunMetrics:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[Record]) -> None:
         with self._lock:
             for rec in records:
-                self._records.setdefault(rec["rank"], []).append(rec)
+                log = self._logs.get(rec.rank)
+                if log is None:
+                    log = self._logs[rec.rank] = _RankLog()
+                log.add(rec)
             self.count += len(records)
         for listener in self._listeners:
-            listener()
+            listener(records)
 
-    def records(self, rank: int) -> list[dict[str, Any]]:
+    def records(self, rank: int) -> list[Record]:
         with self._lock:
-            return list(self._records.get(rank, []))
+            log = self._logs.get(rank)
+            return list(log.records) if log else []
+
+    def all_records(self) -> list[Record]:
+        """Every record of every rank, rank by rank."""
+        with self._lock:
+            return [rec for r in sorted(self._logs) for rec in self._logs[r].records]
 
     def series(self, rank: int, key: str) -> tuple[list[float], list[float]]:
-        """(steps, values) of one metric for one rank; records without it are skipped."""
+        """(steps, values) of one user metric for one rank; non-finite values are kept."""
         xs, ys = [], []
         for i, rec in enumerate(self.records(rank)):
-            value = rec.get(key)
-            if isinstance(value, int | float):
-                step = rec.get("step")
-                xs.append(float(step if step is not None else i))
-                ys.append(float(value))
+            value = rec.metrics.get(key)
+            if value is not None:
+                xs.append(float(rec.step if rec.step is not None else i))
+                ys.append(value)
         return xs, ys
 
     def mean_series(self, key: str) -> tuple[list[float], list[float]]:
@@ -78,55 +92,30 @@ class RunMetrics:
         if not per_rank:
             return [], []
         common = sorted(set.intersection(*(set(d) for d in per_rank)))
-        return common, [statistics.fmean(d[s] for d in per_rank) for s in common]
+        return common, [math.fsum(d[s] for d in per_rank) / len(per_rank) for s in common]
 
     def summary(self, rank: int) -> RankSummary:
-        """The rank's latest measures; costs O(WINDOW), not O(records), so the dashboard
-        can ask several times a second during a long run."""
         with self._lock:
-            all_recs = self._records.get(rank, [])
-            count = len(all_recs)
-            recent = all_recs[-WINDOW:]
-            last_loss = _last(all_recs, "loss", numeric=True)
-            last_step = _last(all_recs, "step", numeric=False)
-        steps = [r["step_time"] for r in recent if isinstance(r.get("step_time"), int | float)]
-        step_time = statistics.median(steps) if steps else None
-        samples = [r for r in recent if isinstance(r.get("samples"), int | float)]
-        samples_per_s = None
-        if len(samples) >= 2:
-            span = samples[-1]["time"] - samples[0]["time"]
-            if span > 0:
-                samples_per_s = sum(r["samples"] for r in samples[1:]) / span
-        comm = [
-            r["comm_time"] / r["step_time"]
-            for r in recent
-            if isinstance(r.get("comm_time"), int | float) and r.get("step_time")
-        ]
-        return RankSummary(
-            rank=rank,
+            log = self._logs.get(rank) or _RankLog()
+            recent = log.records[-protocol.WINDOW :]
+            count, first, last, loss = (
+                len(log.records),
+                log.first_step,
+                log.last_step,
+                log.last_loss,
+            )
+        return protocol.summarize_rank(
+            rank,
+            recent,
             records=count,
-            last_step=last_step,
-            last_loss=last_loss,
-            step_time=step_time,
-            samples_per_s=samples_per_s,
-            comm_share=min(1.0, statistics.fmean(comm)) if comm else None,
-            last_time=recent[-1]["time"] if recent else None,
+            first_step=first,
+            last_step=last,
+            last_loss=loss,
+            host=self.hosts.get(rank),
         )
 
     def summaries(self) -> list[RankSummary]:
-        out = [self.summary(r) for r in self.ranks]
-        times = [s.step_time for s in out if s.step_time]
-        if len(times) >= 2:
-            median = statistics.median(times)
-            for s in out:
-                s.straggler = bool(s.step_time and s.step_time > STRAGGLER_FACTOR * median)
-        return out
+        return protocol.mark_stragglers([self.summary(r) for r in self.ranks])
 
-
-def _last(records: list[dict[str, Any]], key: str, numeric: bool) -> Any:
-    """The newest value of *key*, looking back from the end (usually one step)."""
-    for rec in reversed(records):
-        value = rec.get(key)
-        if value is not None and (not numeric or isinstance(value, int | float)):
-            return value
-    return None
+    def run_summary(self, run_id: str, state: str, steps: int | None) -> RunSummary:
+        return protocol.summarize_run(run_id, state, steps, [self.summary(r) for r in self.ranks])

@@ -7,8 +7,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from .. import protocol
+from ..protocol import Record, RunSummary
 from .location import store_path
-from .schema import StoreError, connect
+from .schema import StoreError, connect, metrics_columns
+
+# Fields that version 1 of the store kept inside `data` with the user's metrics.
+_V1_SYSTEM = ("step_time", "comm_time", "samples")
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -21,6 +26,7 @@ class StoreReader:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or store_path()
         self._conn = connect(self.path, create=False)
+        self._sys_columns: bool | None = None
 
     def close(self) -> None:
         self._conn.close()
@@ -85,24 +91,110 @@ class StoreReader:
         )
         return self.run(rows[0]["id"]) if rows else None
 
-    def metrics(
-        self, run_id: str, since: int = 0, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        """Records after sequence number *since*, in order, each a flat dict."""
+    def _record_rows(
+        self, run_id: str, since: int = 0, limit: int | None = None, rank: int | None = None
+    ) -> list[tuple[int, Record]]:
+        """(seq, Record) after sequence number *since*, in order (one rank's, if given)."""
+        if self._sys_columns is None:
+            self._sys_columns = {"step_time", "comm_time", "samples"} <= metrics_columns(self._conn)
+        sys_cols = "step_time, comm_time, samples" if self._sys_columns else "NULL, NULL, NULL"
         sql = (
-            "SELECT seq, rank, step, time, data FROM metrics"
-            " WHERE run_id = ? AND seq > ? ORDER BY seq"
+            f"SELECT seq, rank, step, time, data, {sys_cols} FROM metrics"
+            " WHERE run_id = ? AND seq > ?"
         )
         params: tuple[Any, ...] = (run_id, since)
+        if rank is not None:
+            sql += " AND rank = ?"
+            params += (rank,)
+        sql += " ORDER BY seq"
         if limit is not None:
             sql += " LIMIT ?"
             params += (limit,)
+        try:
+            rows = self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read the run store at {self.path} ({e})") from e
+        return [(row[0], _record(row, v1=not self._sys_columns)) for row in rows]
+
+    def metrics(
+        self, run_id: str, since: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Records after sequence number *since*, in order, as the REST API carries them
+        (``Record.to_json``: valid JSON, the user's metrics apart under "metrics")."""
+        return [rec.to_json(seq) for seq, rec in self._record_rows(run_id, since, limit)]
+
+    def records(self, run_id: str) -> list[Record]:
+        return [rec for _, rec in self._record_rows(run_id)]
+
+    def summary(self, run_id: str) -> RunSummary | None:
+        """The run's derived measures (dist_notebook.protocol), from the store."""
+        run = self.run(run_id)
+        if run is None:
+            return None
+        hosts = self._hosts(run["cluster_id"])
+        ranks = [r["rank"] for r in run["ranks"]]
         out = []
-        for r in self._query(sql, params):
-            rec = {"seq": r["seq"], "rank": r["rank"], "step": r["step"], "time": r["time"]}
-            rec.update(json.loads(r["data"]))
-            out.append(rec)
-        return out
+        for rank in ranks:
+            facts = self._query(
+                "SELECT COUNT(*) AS n, MIN(seq) AS first_seq, MAX(seq) AS last_seq FROM metrics"
+                " WHERE run_id = ? AND rank = ?",
+                (run_id, rank),
+            )[0]
+            recent = self._recent(run_id, rank)
+            first = self._query(
+                "SELECT step FROM metrics WHERE run_id = ? AND rank = ? AND step IS NOT NULL"
+                " ORDER BY seq LIMIT 1",
+                (run_id, rank),
+            )
+            last = self._query(
+                "SELECT step FROM metrics WHERE run_id = ? AND rank = ? AND step IS NOT NULL"
+                " ORDER BY seq DESC LIMIT 1",
+                (run_id, rank),
+            )
+            out.append(
+                protocol.summarize_rank(
+                    rank,
+                    recent,
+                    records=facts["n"],
+                    first_step=first[0]["step"] if first else None,
+                    last_step=last[0]["step"] if last else None,
+                    last_loss=self._last_loss(run_id, rank),
+                    host=hosts.get(rank),
+                )
+            )
+        return protocol.summarize_run(run_id, run["state"], run["steps"], out)
+
+    def _recent(self, run_id: str, rank: int) -> list[Record]:
+        rows = self._query(
+            "SELECT seq FROM metrics WHERE run_id = ? AND rank = ? ORDER BY seq DESC"
+            " LIMIT 1 OFFSET ?",
+            (run_id, rank, protocol.WINDOW),
+        )
+        since = rows[0]["seq"] if rows else 0
+        return [rec for _, rec in self._record_rows(run_id, since=since, rank=rank)]
+
+    def _last_loss(self, run_id: str, rank: int) -> float | None:
+        # The newest finite loss: scan back in pages (usually the first page has it).
+        before = None
+        while True:
+            sql = "SELECT seq, data FROM metrics WHERE run_id = ? AND rank = ?"
+            params: tuple[Any, ...] = (run_id, rank)
+            if before is not None:
+                sql += " AND seq < ?"
+                params += (before,)
+            rows = self._query(sql + " ORDER BY seq DESC LIMIT 200", params)
+            if not rows:
+                return None
+            loss = protocol.last_finite([_metrics(r["data"]) for r in reversed(rows)], "loss")
+            if loss is not None:
+                return loss
+            before = rows[-1]["seq"]
+
+    def _hosts(self, cluster_id: str) -> dict[int, str]:
+        return {
+            r["rank"]: r["host"]
+            for r in self._query("SELECT rank, host FROM ranks WHERE cluster_id = ?", (cluster_id,))
+        }
 
     def events(
         self, run_id: str | None = None, cluster_id: str | None = None
@@ -114,3 +206,28 @@ class StoreReader:
                 "SELECT * FROM events WHERE cluster_id = ? ORDER BY seq", (cluster_id,)
             )
         return self._query("SELECT * FROM events ORDER BY seq")
+
+
+def _metrics(data: str) -> dict[str, float]:
+    out = {}
+    for k, v in json.loads(data).items():
+        value = protocol.from_json_value(v)
+        if value is not None:
+            out[k] = value
+    return out
+
+
+def _record(row: sqlite3.Row | tuple[Any, ...], v1: bool) -> Record:
+    _, rank, step, time_, data, step_time, comm_time, samples = tuple(row)
+    metrics = _metrics(data)
+    if v1:  # a store of version 1, read without migrating it (it may be read-only)
+        step_time, comm_time, samples = (metrics.pop(k, None) for k in _V1_SYSTEM)
+    return Record(
+        rank=rank,
+        step=step,
+        time=time_,
+        step_time=step_time,
+        comm_time=comm_time,
+        samples=samples,
+        metrics=metrics,
+    )

@@ -11,7 +11,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -61,7 +61,10 @@ CREATE TABLE IF NOT EXISTS metrics (
     rank INTEGER NOT NULL,
     step INTEGER,
     time REAL NOT NULL,
-    data TEXT NOT NULL
+    data TEXT NOT NULL,
+    step_time REAL,
+    comm_time REAL,
+    samples REAL
 );
 CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics (run_id, seq);
 CREATE TABLE IF NOT EXISTS events (
@@ -102,6 +105,7 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.executescript(SCHEMA)
+            _migrate(conn)
             conn.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
@@ -112,3 +116,29 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
             f"the run store at {path} cannot be used ({e}); move it away or set "
             "DIST_NOTEBOOK_STORE to another file"
         ) from e
+
+
+# Version 2 keeps the system's fields of a record (dist_notebook.protocol) in columns of
+# their own, apart from the user's metrics in `data`; records of version 1 keep them in
+# `data`, where the reader still finds them.
+_V2_COLUMNS = ("step_time", "comm_time", "samples")
+
+
+def metrics_columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute("PRAGMA table_info(metrics)").fetchall()}
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    have = metrics_columns(conn)
+    if not set(_V2_COLUMNS) <= have:
+        for column in _V2_COLUMNS:
+            if column not in have:
+                conn.execute(f"ALTER TABLE metrics ADD COLUMN {column} REAL")
+        # Move version 1's system fields out of the user's metrics, once.
+        conn.execute(
+            "UPDATE metrics SET step_time = json_extract(data, '$.step_time'),"
+            " comm_time = json_extract(data, '$.comm_time'),"
+            " samples = json_extract(data, '$.samples'),"
+            " data = json_remove(data, '$.step_time', '$.comm_time', '$.samples')"
+        )
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))

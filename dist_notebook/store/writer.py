@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..protocol import Record, RunRankState, RunState, is_final, json_value, predecessors
 from .location import store_path
 from .schema import StoreError, connect
 
@@ -86,7 +87,7 @@ class StoreWriter:
                 ),
                 ("UPDATE ranks SET state = 'stopped' WHERE cluster_id = ?", (cluster_id,)),
                 (
-                    "UPDATE runs SET state = 'failed', ended = ?, error = 'the kernel exited"
+                    "UPDATE runs SET state = 'orphaned', ended = ?, error = 'the kernel exited"
                     " during the run' WHERE cluster_id = ? AND state IN ('pending', 'running')",
                     (now, cluster_id),
                 ),
@@ -175,33 +176,52 @@ class StoreWriter:
         self._many(stmts)
 
     def set_run_state(self, run_id: str, state: str, error: str | None = None) -> None:
-        ended = time.time() if state in ("succeeded", "failed", "cancelled") else None
+        """Move the run to *state*, only along the protocol's transitions: a final state
+        (succeeded, failed, cancelled, orphaned) is never overwritten by a late writer."""
+        ended = time.time() if is_final(state, RunState) else None
+        allowed = predecessors(state, RunState)
         self._write(
             "UPDATE runs SET state = ?, ended = COALESCE(?, ended), error = COALESCE(?, error)"
-            " WHERE id = ?",
-            (state, ended, error, run_id),
+            f" WHERE id = ? AND state IN ({', '.join('?' * len(allowed))})",
+            (state, ended, error, run_id, *allowed),
         )
 
     def set_run_rank(self, run_id: str, rank: int, state: str, error: str | None = None) -> None:
+        allowed = predecessors(state, RunRankState)
         self._write(
             "UPDATE run_ranks SET state = ?, error = COALESCE(?, error)"
-            " WHERE run_id = ? AND rank = ?",
-            (state, error, run_id, rank),
+            f" WHERE run_id = ? AND rank = ? AND state IN ({', '.join('?' * len(allowed))})",
+            (state, error, run_id, rank, *allowed),
         )
 
-    def append_metrics(self, run_id: str, records: Iterable[Mapping[str, Any]]) -> None:
-        """Append records (each with rank, step, time and metric values) in one transaction."""
-        stmts: list[tuple[str, Sequence[Any]]] = []
-        for rec in records:
-            values = {k: v for k, v in rec.items() if k not in ("rank", "step", "time")}
-            stmts.append(
-                (
-                    "INSERT INTO metrics (run_id, rank, step, time, data) VALUES (?, ?, ?, ?, ?)",
-                    (run_id, rec["rank"], rec.get("step"), rec["time"], json.dumps(values)),
-                )
+    def append_metrics(self, run_id: str, records: Iterable[Record]) -> None:
+        """Append records in one transaction; user metrics as JSON (valid JSON: non-finite
+        values as "nan"/"inf"/"-inf"), the system's fields in their own columns."""
+        rows = [
+            (
+                run_id,
+                rec.rank,
+                rec.step,
+                rec.time,
+                json.dumps({k: json_value(v) for k, v in rec.metrics.items()}),
+                rec.step_time,
+                rec.comm_time,
+                rec.samples,
             )
-        if stmts:
-            self._many(stmts)
+            for rec in records
+        ]
+        if not rows:
+            return
+        self._many(
+            [
+                (
+                    "INSERT INTO metrics (run_id, rank, step, time, data, step_time, comm_time,"
+                    " samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                )
+                for row in rows
+            ]
+        )
 
     def add_event(
         self,

@@ -1,9 +1,17 @@
 """The kernel's end of the metrics channel: a ZMQ PULL socket read by one thread.
 
-Records are checked against the run's key (HMAC-SHA256; anything else is dropped and
-counted), added to the in-memory ``RunMetrics`` (which feeds the dashboard) and
-appended to the run store in small batches. ``close()`` waits until every rank has
-sent its end marker, so every record a rank sent is stored before the run ends.
+Each message (a batch of one rank's records, ``dist_notebook.protocol``'s wire format) is
+checked against the run's key (HMAC-SHA256; anything else is dropped and counted), its
+records are added to the in-memory ``RunMetrics`` (which feeds the live view), handed to
+the run's sinks (exporters) and appended to the run store, one transaction per flush.
+``wait_for_ends()`` waits until every rank's last message (the one marked ``end``) came, so
+every record a rank sent is stored before the run ends.
+
+Memory is bounded without dropping a legitimate record: a message larger than
+``MAX_MESSAGE_BYTES`` disconnects its sender inside ZMQ before it is buffered (a rank
+never sends one: its batches are at most a few hundred kB), and each connection buffers at
+most ``RCVHWM`` messages in the kernel; beyond that ZMQ holds the sender back, and a
+rank's records wait in the rank's own memory, not the kernel's.
 """
 
 from __future__ import annotations
@@ -14,15 +22,20 @@ import json
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 import zmq
 
+from .. import protocol
 from ..metrics import RunMetrics
 from ..store import StoreError, StoreWriter
 
 log = logging.getLogger("dist_notebook")
 FLUSH_EVERY = 0.2  # seconds between batched writes to the run store
+MAX_MESSAGE_BYTES = 4 << 20
+RCVHWM = 16  # messages buffered per connection
+
+Sink = Callable[[list[protocol.Record]], None]
 
 
 class Collector:
@@ -33,22 +46,25 @@ class Collector:
         metrics: RunMetrics,
         writer: StoreWriter | None,
         ip: str = "127.0.0.1",
+        sinks: list[Sink] | None = None,
     ) -> None:
         self.run_id = run_id
         self.key = key
         self.metrics = metrics
         self.writer = writer
+        self.sinks = list(sinks or [])
         self.rejected = 0
         self.received = 0
         self.ended: set[int] = set()
         self.store_error: str | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket = self._ctx.socket(zmq.PULL)
-        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.setsockopt(zmq.RCVHWM, RCVHWM)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self._socket.setsockopt(zmq.LINGER, 0)
         port = self._socket.bind_to_random_port(f"tcp://{ip}")
         self.endpoint = f"tcp://{ip}:{port}"
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[protocol.Record] = []
         self._stop = threading.Event()
         self._ended_event = threading.Condition()
         self._thread = threading.Thread(
@@ -61,7 +77,7 @@ class Collector:
         poller.register(self._socket, zmq.POLLIN)
         last_flush = time.monotonic()
         while not self._stop.is_set():
-            batch: list[dict[str, Any]] = []
+            batch: list[protocol.Record] = []
             if poller.poll(50):
                 while True:
                     try:
@@ -73,13 +89,14 @@ class Collector:
                 self.received += len(batch)
                 self.metrics.add(batch)
                 self._pending.extend(batch)
+                self._feed_sinks(batch)
             if time.monotonic() - last_flush >= FLUSH_EVERY:
                 self._flush()
                 last_flush = time.monotonic()
         self._flush()
 
-    def _verify(self, frames: list[bytes]) -> list[dict[str, Any]]:
-        """The records of one signed message (a batch or a single record); [] if forged."""
+    def _verify(self, frames: list[bytes]) -> list[protocol.Record]:
+        """The records of one signed message; [] if forged or malformed."""
         if len(frames) != 2:
             self.rejected += 1
             return []
@@ -89,30 +106,23 @@ class Collector:
             self.rejected += 1
             return []
         try:
-            decoded = json.loads(payload)
-        except ValueError:
+            rank, records, end = protocol.decode_message(json.loads(payload), self.run_id)
+        except (ValueError, protocol.WireError):
             self.rejected += 1
             return []
-        items = decoded if isinstance(decoded, list) else [decoded]
-        return [rec for rec in map(self._accept, items) if rec is not None]
-
-    def _accept(self, rec: Any) -> dict[str, Any] | None:
-        # A record this thread cannot file would stop it, and with it the whole run's
-        # metrics: anything but {"run", "rank": int, "time": number, ...} is dropped.
-        if (
-            not isinstance(rec, dict)
-            or rec.pop("run", None) != self.run_id
-            or type(rec.get("rank")) is not int
-            or not isinstance(rec.get("time"), int | float)
-        ):
-            self.rejected += 1
-            return None
-        if rec.pop("end", False):
+        if end:
             with self._ended_event:
-                self.ended.add(rec["rank"])
+                self.ended.add(rank)
                 self._ended_event.notify_all()
-            return None
-        return rec
+        return records
+
+    def _feed_sinks(self, batch: list[protocol.Record]) -> None:
+        for sink in list(self.sinks):
+            try:
+                sink(batch)
+            except Exception as e:  # an exporter's failure must never stop the records
+                log.warning("a metrics exporter failed and was turned off: %s", e)
+                self.sinks.remove(sink)
 
     def _flush(self) -> None:
         if not self._pending or self.writer is None:

@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from ..protocol import SYSTEM_FIELDS, RankSummary, Record, RunSummary
 from ..store import StoreReader
 
 
@@ -26,23 +27,39 @@ class Run:
         row = self._reader.run(self.id)
         return row["state"] if row else self._row["state"]
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every record in arrival order: dicts with rank, step, time and the metrics."""
-        out = self._reader.metrics(self.id)
-        for rec in out:
-            rec.pop("seq", None)
-        return out
+    def records(self) -> list[Record]:
+        """Every record in arrival order (``dist_notebook.protocol.Record``: rank, step,
+        time, step_time, comm_time, samples, and your metrics under ``.metrics``)."""
+        return self._reader.records(self.id)
+
+    def summary(self) -> RunSummary:
+        """The run's measures, as the dashboard and the panel show them."""
+        found = self._reader.summary(self.id)
+        if found is None:
+            raise KeyError(f"run {self.id!r} is no longer in the run store")
+        return found
+
+    def summaries(self) -> list[RankSummary]:
+        """Per rank: samples/s, step time, comm time and share, compute time, straggler."""
+        return self.summary().ranks
 
     def to_csv(self, path: str | Path) -> Path:
+        """One row per record: the system's fields, then your metrics (a metric whose
+        name is also a system field's is written as ``metric:<name>``)."""
         records = self.records()
-        fields = ["rank", "step", "time"]
+        names: dict[str, None] = {}
         for rec in records:
-            fields.extend(k for k in rec if k not in fields)
+            names.update(dict.fromkeys(rec.metrics))
+        column = {n: (f"metric:{n}" if n in SYSTEM_FIELDS else n) for n in names}
         path = Path(path)
         with path.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(records)
+            writer = csv.writer(f)
+            writer.writerow([*SYSTEM_FIELDS, *column.values()])
+            for rec in records:
+                writer.writerow(
+                    [getattr(rec, k) for k in SYSTEM_FIELDS]
+                    + [rec.metrics.get(n, "") for n in names]
+                )
         return path
 
     def __repr__(self) -> str:

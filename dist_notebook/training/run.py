@@ -14,26 +14,18 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
 from ..engine import training as engine_training
 from ..metrics import RunMetrics
+from ..protocol import RunState
 from ..store import StoreWriter
 from ..store.recorder import record
 from .collector import Collector
 
 log = logging.getLogger("dist_notebook")
-
-
-class RunState(str, Enum):
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
@@ -83,7 +75,9 @@ class TrainingRun:
         self.ranks = list(spec.ranks) if spec.ranks is not None else list(range(cluster.n))
         self.state = RunState.PENDING
         self.rank_states = {r: "pending" for r in self.ranks}
-        self.metrics = RunMetrics(self.ranks)
+        self.metrics = RunMetrics(
+            self.ranks, hosts={r.rank: r.host for r in getattr(cluster, 'ranks', [])}
+        )
         self.started = time.time()
         self._writer = writer
         self._cancelled = threading.Event()

@@ -1,0 +1,516 @@
+"""The contract between processes: the metric record, the states, the derived measures.
+
+Every process obeys this module: the ranks (``report()``), the kernel (collector, run
+store writer, dashboard), the Jupyter server (REST API) and the panel's TypeScript, whose
+types are generated from it (``python -m dist_notebook.protocol > extension/src/protocol.ts``;
+a test fails when the committed file is out of date).
+
+The record
+    A rank's ``report(step=..., samples=..., **metrics)`` makes one ``Record``. The fields
+    the system owns (rank, step, time, step_time, comm_time, samples) are kept apart from
+    the user's metric names (``Record.metrics``), so any name a user picks, ``seq``,
+    ``rank``, ``end``, ``time`` or ``step_time`` included, is just a metric. Non-finite
+    values are kept: in memory as floats, in JSON as the strings "nan", "inf", "-inf"
+    (JSON has no such numbers), drawn as gaps.
+
+The states
+    ``ClusterState``, ``EngineState`` (a rank of a cluster), ``RunState`` and
+    ``RunRankState`` (a rank in one run), each with its legal transitions. A writer moves a
+    state only along them, so a late or stale writer never overwrites a newer state.
+
+The derived measures
+    Computed once, here, from the last ``WINDOW`` records of each rank: step time,
+    samples/s, communication time and share, compute time (step time minus communication)
+    and the straggler: in lockstep DDP every rank shows the same step time (the fast ones
+    wait in the all-reduce), so the straggler is the rank with the most compute time.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+PROTOCOL_VERSION = 2
+WINDOW = 20  # records per rank behind every derived measure
+STRAGGLER_FACTOR = 1.2  # compute time above this multiple of the median rank's: a straggler
+# System fields of a record, in the order they travel on the wire.
+SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
+
+Value = float | None  # a metric value: a float (finite or not); None where none was given
+
+
+# --- the record ------------------------------------------------------------------------
+@dataclass(slots=True)
+class Record:
+    """One report() of one rank. ``metrics`` holds the user's names only."""
+
+    rank: int
+    step: int | None
+    time: float
+    step_time: float | None = None
+    comm_time: float | None = None
+    samples: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self, seq: int | None = None) -> dict[str, Any]:
+        """The record as the REST API and the live chart carry it (valid JSON)."""
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "step": self.step,
+            "time": self.time,
+            "step_time": json_value(self.step_time),
+            "comm_time": json_value(self.comm_time),
+            "samples": json_value(self.samples),
+            "metrics": {k: json_value(v) for k, v in self.metrics.items()},
+        }
+        if seq is not None:
+            out["seq"] = seq
+        return out
+
+
+def json_value(value: float | None) -> float | str | None:
+    """A float as valid JSON: non-finite values become "nan", "inf" or "-inf"."""
+    if value is None or math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def from_json_value(value: Any) -> float | None:
+    """The inverse of json_value; anything that is not a number is None."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None
+
+
+def to_float(value: Any) -> float:
+    """A metric value as a float: numbers, bools, 0-d tensors and numpy scalars.
+
+    Raises TypeError naming the value's type for anything else (strings, lists ...).
+    """
+    if isinstance(value, int | float):  # bool is an int
+        return float(value)
+    item = getattr(value, "item", None)
+    if callable(item):
+        # Tensors and numpy scalars (on a GPU this waits for the value).
+        inner = item()
+        if isinstance(inner, int | float):
+            return float(inner)
+    raise TypeError(
+        f"report(): a metric must be a number or a one-element tensor, not "
+        f"{type(value).__name__}; report its .item() or a float"
+    )
+
+
+# --- the wire (rank -> kernel) ----------------------------------------------------------
+# One message carries a batch: {"v", "run", "rank", "records": [[step, time, step_time,
+# comm_time, samples, {metrics}], ...], "end": bool}. "end" belongs to the message, not
+# to a record, so no metric name can end a rank's records.
+def wire_row(rec: Record) -> list[Any]:
+    return [rec.step, rec.time, rec.step_time, rec.comm_time, rec.samples, rec.metrics]
+
+
+def wire_message(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> dict:
+    return {"v": PROTOCOL_VERSION, "run": run_id, "rank": rank, "records": rows, "end": end}
+
+
+class WireError(ValueError):
+    """A message that does not follow the wire format."""
+
+
+def decode_message(msg: Any, run_id: str) -> tuple[int, list[Record], bool]:
+    """(rank, records, end) of one wire message; WireError if it is not one of this run's."""
+    if not isinstance(msg, dict) or msg.get("v") != PROTOCOL_VERSION or msg.get("run") != run_id:
+        raise WireError("not a message of this run")
+    rank, rows = msg.get("rank"), msg.get("records")
+    if type(rank) is not int or not isinstance(rows, list):
+        raise WireError("a message needs an int rank and a list of records")
+    records = [_decode_row(rank, row) for row in rows]
+    return rank, records, bool(msg.get("end"))
+
+
+def _decode_row(rank: int, row: Any) -> Record:
+    if not isinstance(row, list) or len(row) != 6 or not isinstance(row[5], dict):
+        raise WireError("a record is [step, time, step_time, comm_time, samples, metrics]")
+    step, time_, step_time, comm_time, samples, metrics = row
+    if not (step is None or type(step) is int) or not isinstance(time_, int | float):
+        raise WireError("a record's step is an int or null and its time a number")
+    return Record(
+        rank=rank,
+        step=step,
+        time=float(time_),
+        step_time=from_json_value(step_time),
+        comm_time=from_json_value(comm_time),
+        samples=from_json_value(samples),
+        metrics={str(k): x for k, v in metrics.items() if (x := from_json_value(v)) is not None},
+    )
+
+
+# --- the states -------------------------------------------------------------------------
+class ClusterState(str, Enum):
+    """new -> starting -> ready | failed; ready -> degraded (a rank died or hangs) ->
+    restarting -> ready | failed; any live state -> stopping -> stopped. ``orphaned``: the
+    kernel that owned it is gone (the server found it so and stopped its processes)."""
+
+    NEW = "new"
+    STARTING = "starting"
+    READY = "ready"
+    DEGRADED = "degraded"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    ORPHANED = "orphaned"
+
+
+class EngineState(str, Enum):
+    """A rank of a cluster: idle <-> busy; -> unresponsive (no heartbeat, e.g. SIGSTOP)
+    -> idle again when it answers; -> dead (its process exited); -> stopped."""
+
+    IDLE = "idle"
+    BUSY = "busy"
+    UNRESPONSIVE = "unresponsive"
+    DEAD = "dead"
+    STOPPED = "stopped"
+
+
+class RunState(str, Enum):
+    """pending -> running -> succeeded | failed | cancelled; a run whose kernel is gone
+    before it ended: orphaned."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ORPHANED = "orphaned"
+
+
+class RunRankState(str, Enum):
+    """A rank in one run: pending -> running -> done | failed (it raised) | released (freed
+    after another rank failed) | dead (its process died) | cancelled."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    RELEASED = "released"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+_C, _E, _R, _RR = ClusterState, EngineState, RunState, RunRankState
+TRANSITIONS: dict[type[Enum], dict[Any, frozenset[Any]]] = {
+    ClusterState: {
+        _C.NEW: frozenset({_C.STARTING, _C.STOPPED}),
+        _C.STARTING: frozenset({_C.READY, _C.FAILED, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
+        _C.READY: frozenset({_C.DEGRADED, _C.RESTARTING, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
+        _C.DEGRADED: frozenset(
+            {_C.READY, _C.RESTARTING, _C.STOPPING, _C.STOPPED, _C.FAILED, _C.ORPHANED}
+        ),
+        _C.RESTARTING: frozenset({_C.READY, _C.FAILED, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
+        _C.STOPPING: frozenset({_C.STOPPED, _C.FAILED}),
+        _C.FAILED: frozenset({_C.STOPPING, _C.STOPPED}),
+        _C.STOPPED: frozenset(),
+        _C.ORPHANED: frozenset({_C.STOPPED}),
+    },
+    EngineState: {
+        _E.IDLE: frozenset({_E.BUSY, _E.UNRESPONSIVE, _E.DEAD, _E.STOPPED}),
+        _E.BUSY: frozenset({_E.IDLE, _E.UNRESPONSIVE, _E.DEAD, _E.STOPPED}),
+        _E.UNRESPONSIVE: frozenset({_E.IDLE, _E.BUSY, _E.DEAD, _E.STOPPED}),
+        _E.DEAD: frozenset({_E.IDLE, _E.STOPPED}),  # idle: replaced by a restart
+        _E.STOPPED: frozenset(),
+    },
+    RunState: {
+        _R.PENDING: frozenset({_R.RUNNING, _R.FAILED, _R.CANCELLED, _R.ORPHANED}),
+        _R.RUNNING: frozenset({_R.SUCCEEDED, _R.FAILED, _R.CANCELLED, _R.ORPHANED}),
+        _R.SUCCEEDED: frozenset(),
+        _R.FAILED: frozenset(),
+        _R.CANCELLED: frozenset(),
+        _R.ORPHANED: frozenset(),
+    },
+    RunRankState: {
+        _RR.PENDING: frozenset(set(_RR) - {_RR.PENDING}),
+        _RR.RUNNING: frozenset(set(_RR) - {_RR.PENDING, _RR.RUNNING}),
+        _RR.DONE: frozenset(),
+        _RR.FAILED: frozenset(),
+        _RR.RELEASED: frozenset(),
+        _RR.DEAD: frozenset(),
+        _RR.CANCELLED: frozenset(),
+    },
+}
+
+
+def can_move(old: Enum | str, new: Enum | str, kind: type[Enum]) -> bool:
+    """Whether a state of *kind* may go from *old* to *new* (staying put is allowed)."""
+    old_s, new_s = kind(old), kind(new)
+    return old_s == new_s or new_s in TRANSITIONS[kind][old_s]
+
+
+def predecessors(new: Enum | str, kind: type[Enum]) -> list[str]:
+    """The states from which *new* may be reached (itself included): for guarded writes."""
+    target = kind(new)
+    return sorted(
+        {target.value} | {s.value for s, nxt in TRANSITIONS[kind].items() if target in nxt}
+    )
+
+
+def is_final(state: Enum | str, kind: type[Enum]) -> bool:
+    return not TRANSITIONS[kind][kind(state)]
+
+
+# --- the derived measures ---------------------------------------------------------------
+@dataclass
+class RankSummary:
+    """A rank's measures over its last WINDOW records (None where nothing was reported)."""
+
+    rank: int
+    host: str | None
+    records: int
+    last_step: int | None
+    steps_done: int | None
+    last_loss: float | None
+    step_time: float | None
+    samples_per_s: float | None
+    comm_time: float | None
+    comm_share: float | None
+    compute_time: float | None
+    last_time: float | None
+    straggler: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f.name: json_value(v) if isinstance(v := getattr(self, f.name), float) else v
+            for f in fields(self)
+        }
+
+
+@dataclass
+class HostSummary:
+    """The ranks of one host (a node): their total samples/s and slowest compute time."""
+
+    host: str
+    ranks: list[int]
+    samples_per_s: float | None
+    compute_time: float | None
+    straggler: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(finite) if finite else None
+
+
+def summarize_rank(
+    rank: int,
+    recent: Sequence[Record],
+    *,
+    records: int,
+    first_step: int | None,
+    last_step: int | None,
+    last_loss: float | None,
+    host: str | None = None,
+) -> RankSummary:
+    """The measures of one rank from its last WINDOW records (*recent*, oldest first)
+    and a few facts about its whole history (how many records, first/last step, loss)."""
+    step_time = _median(r.step_time for r in recent)
+    comm_time = _median(r.comm_time for r in recent)
+    compute = _median(
+        r.step_time - (r.comm_time or 0.0)
+        for r in recent
+        if r.step_time is not None and math.isfinite(r.step_time)
+    )
+    counted = [r for r in recent if r.samples is not None and math.isfinite(r.samples)]
+    samples_per_s = None
+    if len(counted) >= 2:
+        span = counted[-1].time - counted[0].time
+        if span > 0:
+            # The first record's samples were processed before the window opened.
+            samples_per_s = sum(r.samples or 0.0 for r in counted[1:]) / span
+    share = None
+    if comm_time is not None and step_time:
+        share = min(1.0, comm_time / step_time)
+    steps_done = None
+    if last_step is not None:
+        steps_done = last_step + 1 if first_step == 0 else last_step
+    return RankSummary(
+        rank=rank,
+        host=host,
+        records=records,
+        last_step=last_step,
+        steps_done=steps_done,
+        last_loss=last_loss,
+        step_time=step_time,
+        samples_per_s=samples_per_s,
+        comm_time=comm_time,
+        comm_share=share,
+        compute_time=compute,
+        last_time=recent[-1].time if recent else None,
+    )
+
+
+def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
+    """Flag the ranks whose compute time exceeds STRAGGLER_FACTOR x the median rank's.
+
+    Compute time, not step time: in lockstep DDP the healthy ranks wait in the all-reduce
+    for the slow one, so every rank's step time is the same and only compute tells them
+    apart. Needs two ranks with a compute time.
+    """
+    known = [s.compute_time for s in summaries if s.compute_time is not None]
+    median = _median(known) if len(known) >= 2 else None
+    for s in summaries:
+        s.straggler = bool(
+            median and s.compute_time is not None and s.compute_time > STRAGGLER_FACTOR * median
+        )
+    return summaries
+
+
+def summarize_hosts(summaries: Sequence[RankSummary]) -> list[HostSummary]:
+    """Ranks grouped by host, in rank order; a host is a straggler if one of its ranks is."""
+    by_host: dict[str, list[RankSummary]] = {}
+    for s in summaries:
+        by_host.setdefault(s.host or "?", []).append(s)
+    out = []
+    for host, ranks in by_host.items():
+        rates = [s.samples_per_s for s in ranks if s.samples_per_s is not None]
+        computes = [s.compute_time for s in ranks if s.compute_time is not None]
+        out.append(
+            HostSummary(
+                host=host,
+                ranks=[s.rank for s in ranks],
+                samples_per_s=sum(rates) if rates else None,
+                compute_time=max(computes) if computes else None,
+                straggler=any(s.straggler for s in ranks),
+            )
+        )
+    return out
+
+
+@dataclass
+class RunSummary:
+    """What every view shows of a run: per rank, per host, and the run's progress."""
+
+    run_id: str
+    state: str
+    steps: int | None
+    steps_done: int | None
+    samples_per_s: float | None
+    ranks: list[RankSummary]
+    hosts: list[HostSummary]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "state": self.state,
+            "steps": self.steps,
+            "steps_done": self.steps_done,
+            "samples_per_s": json_value(self.samples_per_s),
+            "ranks": [r.to_json() for r in self.ranks],
+            "hosts": [h.to_json() for h in self.hosts],
+        }
+
+
+def summarize_run(
+    run_id: str, state: str, steps: int | None, ranks: list[RankSummary]
+) -> RunSummary:
+    mark_stragglers(ranks)
+    done = [r.steps_done for r in ranks if r.steps_done is not None]
+    rates = [r.samples_per_s for r in ranks if r.samples_per_s is not None]
+    return RunSummary(
+        run_id=run_id,
+        state=state,
+        steps=steps,
+        steps_done=min(done) if done else None,
+        samples_per_s=sum(rates) if rates else None,
+        ranks=ranks,
+        hosts=summarize_hosts(ranks),
+    )
+
+
+def last_finite(values: Iterable[Mapping[str, float]], key: str) -> float | None:
+    """The newest finite value of metric *key* in *values* (newest last)."""
+    for metrics in reversed(list(values)):
+        v = metrics.get(key)
+        if v is not None and math.isfinite(v):
+            return v
+    return None
+
+
+# --- TypeScript -------------------------------------------------------------------------
+_TS_HEADER = """\
+/**
+ * Generated from dist_notebook/protocol.py by `python -m dist_notebook.protocol`;
+ * do not edit (tests/unit/test_protocol.py fails when this file is out of date).
+ */"""
+
+
+def _ts_type(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, type(int | None)):
+        return " | ".join(_ts_type(a) for a in args)
+    if origin is list:
+        return f"{_ts_type(args[0])}[]"
+    if origin is dict:
+        return f"{{ [name: string]: {_ts_type(args[1])} }}"
+    simple = {int: "number", float: "JsonNumber", str: "string", bool: "boolean"}
+    if tp is type(None):
+        return "null"
+    if tp in simple:
+        return simple[tp]
+    if isinstance(tp, type) and tp.__name__ in ("RankSummary", "HostSummary"):
+        return f"I{tp.__name__}"
+    raise TypeError(f"no TypeScript type for {tp!r}")
+
+
+def _ts_interface(cls: type, name: str, doc: str) -> str:
+    hints = get_type_hints(cls)
+    lines = [f"/** {doc} */", f"export interface {name} {{"]
+    for f in fields(cls):
+        lines.append(f"  {f.name}: {_ts_type(hints[f.name])};")
+    return "\n".join(lines + ["}"])
+
+
+def typescript() -> str:
+    """The TypeScript side of this contract."""
+    out = [_TS_HEADER]
+    out.append(f"export const PROTOCOL_VERSION = {PROTOCOL_VERSION};")
+    out.append(f"export const WINDOW = {WINDOW};")
+    out.append(f"export const STRAGGLER_FACTOR = {STRAGGLER_FACTOR};")
+    out.append(
+        '/** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */\n'
+        "export type JsonNumber = number | 'nan' | 'inf' | '-inf';"
+    )
+    for enum in (ClusterState, EngineState, RunState, RunRankState):
+        values = " | ".join(f"'{s.value}'" for s in enum)
+        out.append(f"/** {' '.join((enum.__doc__ or '').split())} */")
+        out.append(f"export type {enum.__name__} = {values};")
+        moves = ", ".join(
+            f"{s.value}: [{', '.join(repr(n.value) for n in sorted(TRANSITIONS[enum][s]))}]"
+            for s in enum
+        )
+        out.append(f"export const {enum.__name__.upper()}_TRANSITIONS = {{ {moves} }};")
+    out.append(
+        "/** One record as the REST API and the live chart carry it. */\n"
+        "export interface IRecord {\n  seq?: number;\n  rank: number;\n  step: number | null;\n"
+        "  time: number;\n  step_time: JsonNumber | null;\n  comm_time: JsonNumber | null;\n"
+        "  samples: JsonNumber | null;\n  metrics: { [name: string]: JsonNumber | null };\n}"
+    )
+    out.append(_ts_interface(RankSummary, "IRankSummary", "A rank's derived measures."))
+    out.append(_ts_interface(HostSummary, "IHostSummary", "The ranks of one host."))
+    out.append(_ts_interface(RunSummary, "IRunSummary", "What every view shows of a run."))
+    return "\n\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(typescript())

@@ -1,0 +1,86 @@
+/**
+ * Generated from dist_notebook/protocol.py by `python -m dist_notebook.protocol`;
+ * do not edit (tests/unit/test_protocol.py fails when this file is out of date).
+ */
+
+export const PROTOCOL_VERSION = 2;
+
+export const WINDOW = 20;
+
+export const STRAGGLER_FACTOR = 1.2;
+
+/** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */
+export type JsonNumber = number | 'nan' | 'inf' | '-inf';
+
+/** new -> starting -> ready | failed; ready -> degraded (a rank died or hangs) -> restarting -> ready | failed; any live state -> stopping -> stopped. ``orphaned``: the kernel that owned it is gone (the server found it so and stopped its processes). */
+
+export type ClusterState = 'new' | 'starting' | 'ready' | 'degraded' | 'restarting' | 'stopping' | 'stopped' | 'failed' | 'orphaned';
+
+export const CLUSTERSTATE_TRANSITIONS = { new: ['starting', 'stopped'], starting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], ready: ['degraded', 'orphaned', 'restarting', 'stopped', 'stopping'], degraded: ['failed', 'orphaned', 'ready', 'restarting', 'stopped', 'stopping'], restarting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], stopping: ['failed', 'stopped'], stopped: [], failed: ['stopped', 'stopping'], orphaned: ['stopped'] };
+
+/** A rank of a cluster: idle <-> busy; -> unresponsive (no heartbeat, e.g. SIGSTOP) -> idle again when it answers; -> dead (its process exited); -> stopped. */
+
+export type EngineState = 'idle' | 'busy' | 'unresponsive' | 'dead' | 'stopped';
+
+export const ENGINESTATE_TRANSITIONS = { idle: ['busy', 'dead', 'stopped', 'unresponsive'], busy: ['dead', 'idle', 'stopped', 'unresponsive'], unresponsive: ['busy', 'dead', 'idle', 'stopped'], dead: ['idle', 'stopped'], stopped: [] };
+
+/** pending -> running -> succeeded | failed | cancelled; a run whose kernel is gone before it ended: orphaned. */
+
+export type RunState = 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled' | 'orphaned';
+
+export const RUNSTATE_TRANSITIONS = { pending: ['cancelled', 'failed', 'orphaned', 'running'], running: ['cancelled', 'failed', 'orphaned', 'succeeded'], succeeded: [], failed: [], cancelled: [], orphaned: [] };
+
+/** A rank in one run: pending -> running -> done | failed (it raised) | released (freed after another rank failed) | dead (its process died) | cancelled. */
+
+export type RunRankState = 'pending' | 'running' | 'done' | 'failed' | 'released' | 'dead' | 'cancelled';
+
+export const RUNRANKSTATE_TRANSITIONS = { pending: ['cancelled', 'dead', 'done', 'failed', 'released', 'running'], running: ['cancelled', 'dead', 'done', 'failed', 'released'], done: [], failed: [], released: [], dead: [], cancelled: [] };
+
+/** One record as the REST API and the live chart carry it. */
+export interface IRecord {
+  seq?: number;
+  rank: number;
+  step: number | null;
+  time: number;
+  step_time: JsonNumber | null;
+  comm_time: JsonNumber | null;
+  samples: JsonNumber | null;
+  metrics: { [name: string]: JsonNumber | null };
+}
+
+/** A rank's derived measures. */
+export interface IRankSummary {
+  rank: number;
+  host: string | null;
+  records: number;
+  last_step: number | null;
+  steps_done: number | null;
+  last_loss: JsonNumber | null;
+  step_time: JsonNumber | null;
+  samples_per_s: JsonNumber | null;
+  comm_time: JsonNumber | null;
+  comm_share: JsonNumber | null;
+  compute_time: JsonNumber | null;
+  last_time: JsonNumber | null;
+  straggler: boolean;
+}
+
+/** The ranks of one host. */
+export interface IHostSummary {
+  host: string;
+  ranks: number[];
+  samples_per_s: JsonNumber | null;
+  compute_time: JsonNumber | null;
+  straggler: boolean;
+}
+
+/** What every view shows of a run. */
+export interface IRunSummary {
+  run_id: string;
+  state: string;
+  steps: number | null;
+  steps_done: number | null;
+  samples_per_s: JsonNumber | null;
+  ranks: IRankSummary[];
+  hosts: IHostSummary[];
+}
