@@ -127,3 +127,11 @@ class MetricsHandler(BaseHandler):
         since = self.int_argument("since", 0)
         limit = self.int_argument("limit", METRICS_LIMIT_DEFAULT)
         self.reply(self.manager.metrics(run_id, since=since, limit=limit))
+
+
+class SummaryHandler(BaseHandler):
+    @web.authenticated
+    @authorized
+    @_client_errors
+    async def get(self, run_id: str) -> None:
+        self.reply(self.manager.summary(run_id))

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..protocol import RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 
-RUN_STATES = ("pending", "running", "succeeded", "failed", "cancelled")
+RUN_STATES = tuple(s.value for s in RunState)
 # A cluster in one of these states has no processes left to signal.
 ENDED_CLUSTER_STATES = ("stopped", "failed")
 # Metrics records per answer: large enough for a whole short run in one poll, small enough
@@ -110,8 +111,8 @@ class RunStoreManager:
         ``last_seq`` is the number to pass as *since* next time (it equals *since* when
         nothing is new); ``more`` is true when *limit* cut the answer short.
         """
-        if since < 0:
-            raise InvalidParameterError(f"since must be 0 or more, not {since}")
+        if not 0 <= since < 2**63:
+            raise InvalidParameterError(f"since must be between 0 and 2**63 - 1, not {since}")
         if not 1 <= limit <= METRICS_LIMIT_MAX:
             raise InvalidParameterError(
                 f"limit must be between 1 and {METRICS_LIMIT_MAX}, not {limit}"
@@ -128,6 +129,15 @@ class RunStoreManager:
             "more": len(records) == limit,
             "records": records,
         }
+
+    def summary(self, run_id: str) -> dict[str, Any]:
+        """The run's derived measures (dist_notebook.protocol.RunSummary), computed from
+        the store by the same code the dashboard uses, so the panel and the cell agree."""
+        with self._reader() as reader:
+            found = reader.summary(run_id) if reader is not None else None
+        if found is None:
+            raise UnknownIdError(f"no run with id {run_id!r}")
+        return found.to_json()
 
     def _cluster_row(self, cluster_id: str) -> dict[str, Any]:
         with self._reader() as reader:

@@ -11,7 +11,14 @@ GET  runs/<id>/metrics?since=<seq>&limit=<n>
                                    records with seq > since, oldest first, each
                                    {seq, rank, step, time, <metric>: value, ...}; pass
                                    last_seq as since next time, ask again at once while
-                                   more is true.
+                                   more is true. Each record is
+                                   dist_notebook.protocol's Record.to_json():
+                                   {seq, rank, step, time, step_time, comm_time,
+                                   samples, metrics: {<name>: value}}, values valid
+                                   JSON ("nan", "inf", "-inf" for non-finite ones).
+GET  runs/<id>/summary             the run's derived measures (protocol.RunSummary):
+                                   per rank and per host samples/s, step time, comm
+                                   and compute time, straggler; steps done.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from .handlers import (
     MetricsHandler,
     RunHandler,
     RunsHandler,
+    SummaryHandler,
 )
 from .manager import RunStoreManager
 
@@ -51,5 +59,6 @@ def setup_routes(web_app: Any, manager: RunStoreManager) -> None:
             (api("runs"), RunsHandler),
             (api("runs", _ID), RunHandler),
             (api("runs", _ID, "metrics"), MetricsHandler),
+            (api("runs", _ID, "summary"), SummaryHandler),
         ],
     )
