@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .hosts import HostsError
+from .hosts import validate as validate_remote
+
 BACKENDS = ("auto", "nccl", "gloo")
 LAUNCHERS = ("local", "mpi", "ssh", "slurm")
 
@@ -32,6 +35,15 @@ class ClusterSpec:
     start_timeout: float = 120.0
     auto_restart: bool = False
     extra_engine_env: dict[str, str] = field(default_factory=dict)
+    # Beyond one machine (see cluster/hosts.py): --hosts for ssh/mpi, the rest for Slurm;
+    # launcher_config sets traits of ipyparallel's engine launcher (e.g. ssh_args).
+    hosts: tuple[tuple[str, int], ...] = ()
+    nodes: int | None = None
+    gpus_per_node: int = 0
+    partition: str = ""
+    time_limit: str = ""
+    account: str = ""
+    launcher_config: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:
@@ -51,7 +63,7 @@ class ClusterSpec:
             raise ClusterConfigError(
                 f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})"
             )
-        if self.backend == "nccl" and not self.gpus:
+        if self.backend == "nccl" and not (self.gpus or self.gpus_per_node):
             raise ClusterConfigError(
                 "--backend nccl needs GPUs: pass --gpus, or use --backend gloo for CPU ranks"
             )
@@ -65,13 +77,17 @@ class ClusterSpec:
             raise ClusterConfigError(
                 f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})"
             )
+        try:
+            validate_remote(self)
+        except HostsError as e:
+            raise ClusterConfigError(str(e)) from None
 
     @property
     def resolved_backend(self) -> str:
         """nccl when every rank has a GPU, else gloo (for ``auto``)."""
         if self.backend != "auto":
             return self.backend
-        return "nccl" if self.gpus else "gloo"
+        return "nccl" if self.gpus or self.gpus_per_node else "gloo"
 
     @property
     def resolved_threads(self) -> int:

@@ -12,6 +12,7 @@ from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterStat
 from ..cluster.devices import visible_gpus
 from .args import MagicParser, int_list, positive_float, positive_int
 from .output import Progress, Table
+from .remote_args import add_remote_flags, local_ip, remote_cluster_spec
 from .session import Session
 
 ACTIONS = ("start", "status", "stop", "restart", "stacks")
@@ -31,7 +32,8 @@ def _parser() -> MagicParser:
         "--timeout", type=positive_float, default=30.0, help="collective timeout, seconds"
     )
     p.add_argument("--threads", type=positive_int, help="threads per rank (default: cores / ranks)")
-    p.add_argument("--ip", default="127.0.0.1", help="interface to listen on (default loopback)")
+    p.add_argument("--ip", help="address to listen on (default loopback)")
+    add_remote_flags(p)
     p.add_argument(
         "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
     )
@@ -49,6 +51,8 @@ def _parser() -> MagicParser:
 
 def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
     """Turn parsed flags into a ClusterSpec, checking GPUs against what the host has."""
+    if args.launcher != "local" or args.hosts or args.nodes:
+        return remote_cluster_spec(args)
     gpus: tuple[int, ...] = ()
     if args.gpus is not None:
         if not gpus_here:
@@ -81,7 +85,7 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
             backend=args.backend,
             timeout=args.timeout,
             threads=args.threads,
-            ip=args.ip,
+            ip=local_ip(args),
             launcher=args.launcher,
             auto_restart=args.auto_restart,
         )

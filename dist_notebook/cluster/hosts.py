@@ -1,0 +1,225 @@
+"""Clusters beyond one machine: host lists, the listening interface, remote engine env.
+
+``--hosts h1:2,h2:2`` means two ranks on h1 and two on h2 (a host without ``:N`` gets
+one). ``--interface eth1`` means "listen on that interface's IPv4 address" (the
+controller, the metrics collector); ranks then find their own route to it, and gloo
+and NCCL are told which local interface carries it (``GLOO_SOCKET_IFNAME``).
+Nothing listens on 0.0.0.0 unless the user passes ``--ip 0.0.0.0`` themselves.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+_HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+$")
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+REMOTE = ("ssh", "mpi", "slurm")
+
+
+class HostsError(ValueError):
+    """A host list or a remote option is wrong; the message names the fix."""
+
+
+def parse_hosts(text: str) -> tuple[tuple[str, int], ...]:
+    """``"h1:2,h2"`` -> ``(("h1", 2), ("h2", 1))``, or a HostsError saying how to write it."""
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, _, count = part.partition(":")
+        if not _HOST.match(name):
+            raise HostsError(
+                f"--hosts: {name!r} is not a host name; write it like node1:2,node2:2 "
+                "(HOST or user@HOST, then :N ranks on it)"
+            )
+        try:
+            n = int(count) if count else 1
+        except ValueError:
+            raise HostsError(
+                f"--hosts: {part!r} has a rank count that is not a whole number; "
+                "write it like node1:2"
+            ) from None
+        if n < 1:
+            raise HostsError(f"--hosts: {part!r} asks for {n} ranks; give 1 or more")
+        if any(name == seen for seen, _ in out):
+            raise HostsError(f"--hosts lists {name} twice; give its rank count once ({name}:N)")
+        out.append((name, n))
+    if not out:
+        raise HostsError("--hosts is empty; write it like node1:2,node2:2")
+    return tuple(out)
+
+
+def format_hosts(hosts: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"{h}:{n}" for h, n in hosts)
+
+
+def interface_address(name: str) -> str:
+    """The IPv4 address of the local interface *name*; a HostsError naming the choices."""
+    import socket
+
+    import psutil
+
+    addrs = psutil.net_if_addrs()
+    for addr in addrs.get(name, []):
+        if addr.family == socket.AF_INET:
+            return str(addr.address)
+    have = ", ".join(
+        f"{n} ({a.address})"
+        for n, found in sorted(addrs.items())
+        for a in found
+        if a.family == socket.AF_INET
+    )
+    if name not in addrs:
+        raise HostsError(f"--interface {name}: no such interface here; choose one of: {have}")
+    raise HostsError(f"--interface {name} has no IPv4 address; choose one of: {have}")
+
+
+def validate(spec: Any) -> None:
+    """Check the remote options of a ClusterSpec (called from its ``__post_init__``)."""
+    launcher = spec.launcher
+    if spec.hosts and launcher not in ("ssh", "mpi"):
+        raise HostsError(
+            f"--hosts is for --launcher ssh or mpi, not {launcher}; "
+            "Slurm picks the hosts: use --nodes N"
+        )
+    if launcher in ("ssh", "mpi"):
+        if not spec.hosts:
+            raise HostsError(
+                f"--launcher {launcher} needs --hosts, e.g. --hosts node1:2,node2:2 "
+                "(hosts you can ssh to without a password)"
+            )
+        total = sum(n for _, n in spec.hosts)
+        if spec.n != total:
+            raise HostsError(
+                f"-n {spec.n} but --hosts {format_hosts(spec.hosts)} has {total} ranks; "
+                "drop -n (it follows --hosts) or change the counts"
+            )
+    if spec.gpus_per_node and launcher == "local":
+        raise HostsError("--gpus-per-node is for remote launchers; on this machine use --gpus")
+    if spec.gpus_per_node and launcher in ("ssh", "mpi"):
+        over = [f"{h}:{n}" for h, n in spec.hosts if n > spec.gpus_per_node]
+        if over:
+            raise HostsError(
+                f"--hosts {over[0]} asks for more ranks than --gpus-per-node "
+                f"{spec.gpus_per_node}: one GPU per rank"
+            )
+    slurm_only = {
+        "--nodes": spec.nodes,
+        "--partition": spec.partition,
+        "--time": spec.time_limit,
+        "--account": spec.account,
+    }
+    if launcher != "slurm":
+        given = [flag for flag, value in slurm_only.items() if value]
+        if given:
+            raise HostsError(f"{given[0]} is a Slurm option: add --launcher slurm")
+        return
+    _validate_slurm(spec)
+
+
+def _validate_slurm(spec: Any) -> None:
+    nodes = spec.nodes or 1
+    if spec.n % nodes:
+        raise HostsError(
+            f"-n {spec.n} ranks do not split evenly over --nodes {nodes}; "
+            f"use a multiple of {nodes} (each node runs the same number of ranks)"
+        )
+    if spec.gpus_per_node and spec.n // nodes != spec.gpus_per_node:
+        raise HostsError(
+            f"--gpus-per-node {spec.gpus_per_node} means {spec.gpus_per_node} ranks a node: "
+            f"drop -n, or use -n {nodes * spec.gpus_per_node}"
+        )
+    if spec.time_limit and not _TIME.match(spec.time_limit):
+        raise HostsError(
+            f"--time {spec.time_limit!r} is not a Slurm time; write MINUTES, H:MM:SS or D-HH:MM"
+        )
+
+
+def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
+    """The engine environment for engines on other hosts.
+
+    The kernel does not know their cores or their local rank counts: the boot module
+    works out OMP_NUM_THREADS and LOCAL_WORLD_SIZE on each host (see
+    ``engine.rankenv``), and MASTER_ADDR once rank 0's address is known.
+    """
+    out = dict(env)
+    for name in ("LOCAL_WORLD_SIZE", "MASTER_ADDR", "DIST_NOTEBOOK_PARENT_PID"):
+        out.pop(name, None)
+    if spec.threads is None:
+        out.pop("OMP_NUM_THREADS", None)
+        out.pop("MKL_NUM_THREADS", None)
+    out["DIST_NOTEBOOK_CONTROLLER_IP"] = spec.ip
+    if spec.gpus_per_node:
+        out.pop("DIST_NOTEBOOK_CPU", None)
+        out["DIST_NOTEBOOK_GPUS_PER_NODE"] = str(spec.gpus_per_node)
+    return out
+
+
+def lost_ranks(ranks: list[Any], registered: set[int]) -> dict[int, str]:
+    """Ranks whose engine ipyparallel has dropped (missed heartbeats): {rank: how}."""
+    return {
+        r.rank: f"its engine on host {r.host} stopped answering (host down or unreachable)"
+        for r in ranks
+        if r.engine_id not in registered and r.state != "dead"
+    }
+
+
+def check_ip(ip: str) -> None:
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise HostsError(
+            f"--ip {ip!r} is not an IP address; give one of this machine's addresses, "
+            "or --interface NAME"
+        ) from None
+
+
+def listen_ip(ip: str | None, interface: str | None) -> str:
+    """The address to listen on from ``--ip`` / ``--interface`` (loopback by default)."""
+    if ip and interface:
+        raise HostsError("give --ip or --interface, not both")
+    if interface:
+        return interface_address(interface)
+    ip = ip or "127.0.0.1"
+    check_ip(ip)
+    return ip
+
+
+def remote_spec(args: Any) -> Any:
+    """A ClusterSpec for ``--launcher ssh|mpi|slurm`` from the magic's parsed flags."""
+    from .spec import ClusterSpec
+
+    if args.gpus is not None:
+        raise HostsError("--gpus names GPUs of this machine; on other hosts use --gpus-per-node G")
+    hosts = parse_hosts(args.hosts) if args.hosts else ()
+    ip = listen_ip(args.ip, args.interface)
+    if args.launcher != "local" and ip.startswith("127."):
+        raise HostsError(
+            f"--launcher {args.launcher}: the controller would listen on {ip}, which other "
+            "hosts cannot reach; add --interface NAME (or --ip ADDR) for the network the "
+            "hosts share"
+        )
+    gpn = args.gpus_per_node or 0
+    if hosts:
+        n = sum(c for _, c in hosts)
+        if args.n and args.n != n:
+            n = args.n  # ClusterSpec says what is wrong
+    else:
+        n = args.n or (args.nodes or 1) * max(1, gpn)
+    return ClusterSpec(
+        n=n,
+        backend=args.backend,
+        timeout=args.timeout,
+        threads=args.threads,
+        ip=ip,
+        launcher=args.launcher,
+        auto_restart=args.auto_restart,
+        hosts=hosts,
+        nodes=args.nodes,
+        gpus_per_node=gpn,
+        partition=args.partition or "",
+        time_limit=args.time or "",
+        account=args.account or "",
+    )

@@ -1,0 +1,38 @@
+"""The flags of ``%dist_cluster start`` for clusters beyond one machine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from ..cluster import ClusterConfigError
+from ..cluster.hosts import HostsError, listen_ip, remote_spec
+from .args import MagicParser, positive_int
+
+
+def add_remote_flags(p: MagicParser) -> None:
+    p.add_argument("--interface", help="listen on this network interface's address (e.g. eth1)")
+    p.add_argument("--hosts", help="ssh/mpi: HOST[:N],HOST[:N] ranks per host, e.g. n1:2,n2:2")
+    p.add_argument("--nodes", type=positive_int, help="slurm: number of nodes")
+    p.add_argument("--gpus-per-node", type=positive_int, help="remote: GPUs (= ranks) per node")
+    p.add_argument("--partition", help="slurm: partition")
+    p.add_argument("--time", help="slurm: time limit, e.g. 1:00:00")
+    p.add_argument("--account", help="slurm: account to charge")
+
+
+def local_ip(args: Any) -> str:
+    try:
+        return listen_ip(args.ip, args.interface)
+    except HostsError as e:
+        raise UsageError(str(e)) from None
+
+
+def remote_cluster_spec(args: Any) -> Any:
+    if args.launcher == "local":
+        flag = "--hosts" if args.hosts else "--nodes"
+        raise UsageError(f"{flag} needs a remote launcher: add --launcher ssh, mpi or slurm")
+    try:
+        return remote_spec(args)
+    except (HostsError, ClusterConfigError) as e:
+        raise UsageError(str(e)) from None
