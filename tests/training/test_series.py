@@ -8,27 +8,29 @@ import pytest
 
 from dist_notebook.engine import commtime
 from dist_notebook.metrics import RunMetrics
-from dist_notebook.metrics.series import WINDOW
+from dist_notebook.protocol import WINDOW, Record
+
+
+def rec(rank: int, step: int | None, time: float, **metrics: float) -> Record:
+    return Record(rank=rank, step=step, time=time, metrics=dict(metrics))
 
 
 def steady(
-    rank: int, steps: int, step_time: float, t0: float = 1000.0, **extra: float
-) -> list[dict]:
+    rank: int, steps: int, step_time: float, t0: float = 1000.0, comm_time: float | None = None
+) -> list[Record]:
     """Records of a rank reporting every *step_time* seconds, 32 samples a step."""
-    out = []
-    for i in range(steps):
-        rec = {
-            "rank": rank,
-            "step": i,
-            "time": t0 + i * step_time,
-            "loss": 1.0 / (i + 1),
-            "samples": 32,
-        }
-        if i:
-            rec["step_time"] = step_time
-        rec.update(extra)
-        out.append(rec)
-    return out
+    return [
+        Record(
+            rank=rank,
+            step=i,
+            time=t0 + i * step_time,
+            step_time=step_time if i else None,
+            comm_time=comm_time,
+            samples=32,
+            metrics={"loss": 1.0 / (i + 1)},
+        )
+        for i in range(steps)
+    ]
 
 
 def test_summary_of_one_rank() -> None:
@@ -54,7 +56,7 @@ def test_summary_follows_recent_records_only() -> None:
 
 def test_summary_without_records_or_metrics() -> None:
     m = RunMetrics([0, 1])
-    m.add([{"rank": 0, "step": None, "time": 1.0}])
+    m.add([rec(0, None, 1.0)])
     empty, bare = m.summary(1), m.summary(0)
     assert (
         empty.records,
@@ -73,13 +75,22 @@ def test_comm_share_is_capped_at_one() -> None:
 
 
 @pytest.mark.parametrize(("slow", "flagged"), [(0.0125, True), (0.0115, False)])
-def test_straggler_is_a_rank_over_20_percent_slower_than_the_median(
-    slow: float, flagged: bool
-) -> None:
+def test_without_comm_time_the_straggler_is_the_slowest_step(slow: float, flagged: bool) -> None:
     m = RunMetrics([0, 1, 2])
     m.add(steady(0, 10, 0.01) + steady(1, 10, 0.01) + steady(2, 10, slow))
     flags = [s.straggler for s in m.summaries()]
     assert flags == [False, False, flagged]
+
+
+def test_in_lockstep_ddp_the_straggler_is_the_rank_with_most_compute() -> None:
+    # Measured: with rank 1 sleeping 30 ms a step, both ranks step at ~40 ms; the healthy
+    # rank waits in the all-reduce (comm 88%), the slow one hardly (11%).
+    m = RunMetrics([0, 1])
+    m.add(steady(0, 30, 0.040, comm_time=0.035) + steady(1, 30, 0.040, comm_time=0.0045))
+    s0, s1 = m.summaries()
+    assert s0.step_time == s1.step_time and s0.samples_per_s == s1.samples_per_s
+    assert s1.compute_time == pytest.approx(0.0355) and s0.compute_time == pytest.approx(0.005)
+    assert (s0.straggler, s1.straggler) == (False, True)
 
 
 def test_no_straggler_with_one_timed_rank() -> None:
@@ -90,9 +101,9 @@ def test_no_straggler_with_one_timed_rank() -> None:
 
 def test_mean_series_uses_steps_every_rank_reported() -> None:
     m = RunMetrics([0, 1])
-    m.add([{"rank": 0, "step": s, "time": s, "loss": float(s)} for s in range(5)])
-    m.add([{"rank": 1, "step": s, "time": s, "loss": float(s) + 2} for s in range(3)])
-    m.add([{"rank": 1, "step": 3, "time": 3.0, "acc": 0.5}])  # no loss at step 3
+    m.add([rec(0, s, s, loss=float(s)) for s in range(5)])
+    m.add([rec(1, s, s, loss=float(s) + 2) for s in range(3)])
+    m.add([rec(1, 3, 3.0, acc=0.5)])  # no loss at step 3
     assert m.mean_series("loss") == ([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])
     assert m.mean_series("missing") == ([], [])
     assert RunMetrics([]).mean_series("loss") == ([], [])
@@ -102,9 +113,9 @@ def test_series_skips_records_without_the_metric_and_uses_order_without_steps() 
     m = RunMetrics([0])
     m.add(
         [
-            {"rank": 0, "step": None, "time": 0.0, "loss": 3.0},
-            {"rank": 0, "step": None, "time": 1.0},
-            {"rank": 0, "step": None, "time": 2.0, "loss": 1.0},
+            rec(0, None, 0.0, loss=3.0),
+            rec(0, None, 1.0),
+            rec(0, None, 2.0, loss=1.0),
         ]
     )
     assert m.series(0, "loss") == ([0.0, 2.0], [3.0, 1.0])
@@ -113,10 +124,10 @@ def test_series_skips_records_without_the_metric_and_uses_order_without_steps() 
 def test_listeners_hear_every_batch_and_count_adds_up() -> None:
     m = RunMetrics([0, 1])
     heard = []
-    m.subscribe(lambda: heard.append(m.count))
+    m.subscribe(lambda batch: heard.append((len(batch), m.count)))
     m.add(steady(0, 3, 0.1))
     m.add(steady(1, 2, 0.1))
-    assert heard == [3, 5] and len(m.records(0)) == 3
+    assert heard == [(3, 3), (2, 5)] and len(m.records(0)) == 3
 
 
 def test_concurrent_adds_and_reads() -> None:
@@ -124,7 +135,7 @@ def test_concurrent_adds_and_reads() -> None:
 
     def add(rank: int) -> None:
         for i in range(500):
-            m.add([{"rank": rank, "step": i, "time": float(i), "step_time": 0.01}])
+            m.add([Record(rank=rank, step=i, time=float(i), step_time=0.01)])
 
     threads = [threading.Thread(target=add, args=(r,)) for r in (0, 1)]
     for t in threads:
