@@ -80,7 +80,8 @@ def test_the_store_never_overwrites_a_final_run_state(tmp_path: Path) -> None:
     reader = StoreReader(writer.path)
     row = reader.run("r")
     assert row is not None
-    assert (row["state"], row["error"], row["ranks"][0]["state"]) == ("cancelled", None, "cancelled")
+    final = (row["state"], row["error"], row["ranks"][0]["state"])
+    assert final == ("cancelled", None, "cancelled")
 
 
 def _records(n: int, ranks: int = 2) -> list[Record]:
