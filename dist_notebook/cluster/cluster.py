@@ -31,7 +31,7 @@ from ..engine import group
 from ..protocol import ClusterState
 from ..store import StoreError, StoreWriter
 from ..store.recorder import record
-from . import registry
+from . import reap, registry
 from .hosts import lost_ranks, remote_engine_env
 from .launchers import (
     OurControllerLauncher,
@@ -435,11 +435,29 @@ class DistCluster:
         self.pair_ports = sorted({p for result in ar.get() for p in result.get("ports", [])})
         self._record_ranks()
 
+    def local_pids(self) -> list[int]:
+        """Pids of the processes this kernel started: controller and local engines."""
+        if self._ipp is None:
+            return []
+        pids = []
+        controller = self._ipp.controller
+        if controller is not None and getattr(controller, "process", None) is not None:
+            pids.append(controller.process.pid)
+        if self.spec.launcher == "local":
+            for engine_set in self._ipp.engines.values():
+                for launcher in getattr(engine_set, "launchers", {}).values():
+                    if getattr(launcher, "process", None) is not None:
+                        pids.append(launcher.process.pid)
+        return pids
+
     async def _teardown(self) -> None:
         if self.client is not None:
             self.client.close()
             self.client = None
         if self._ipp is not None:
+            # The whole tree, taken now: the controller's schedulers and the engines'
+            # nannies are not ipyparallel's to stop, and outlive a controller that died.
+            tree = reap.process_tree(self.local_pids())
             # ipyparallel stops engines one after the other, waiting for each to exit
             # (~3 s each with torch loaded); signalled together they exit in parallel.
             try:
@@ -447,6 +465,11 @@ class DistCluster:
                 await self._ipp.stop_cluster()
             except Exception as e:  # a process already gone is fine; say anything else
                 log.warning("stopping the ipyparallel cluster: %s", e)
+            # In this loop's thread: at interpreter exit no executor takes new work.
+            left = reap.reap(tree)
+            if left:
+                log.warning("processes of cluster %s could not be ended: %s", self.id, left)
+            reap.remove_files(reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id))
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:

@@ -1,34 +1,43 @@
-"""Entry point of the controller process: parent watch, then ipyparallel's controller."""
+"""Entry point of the controller process: parent watch, then ipyparallel's controller.
+
+The controller forks 8 scheduler processes (multiprocessing, fork). Each starts its
+own watch on the controller at fork, so a SIGKILL of the controller, which runs no
+clean-up, leaves none of them behind.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def _remove_cluster_files() -> None:
-    """After the kernel died: remove this cluster's files from the security dir (the
-    connection files, which hold its key, and ipyparallel's cluster file), as a clean
-    stop would have done."""
-    import contextlib
-    import glob
-    import os
+    """After the kernel died: end our scheduler processes and remove this cluster's
+    files (connection files, which hold its key, the cluster file and the logs), as a
+    clean stop would have done."""
+    from dist_notebook.cluster.reap import cluster_files, remove_files
+    from dist_notebook.engine.parent import kill_children
 
+    kill_children()
     profile, cluster_id = os.environ.get("IPP_PROFILE_DIR"), os.environ.get("IPP_CLUSTER_ID")
-    if not profile or not cluster_id:
-        return
-    security = os.path.join(profile, "security")
-    names = [f"cluster-{cluster_id}.json", f"ipcontroller-{cluster_id}-*.json"]
-    for pattern in names:
-        for path in glob.glob(os.path.join(glob.escape(security), pattern)):
-            # Already removed (by a clean stop racing us) is the outcome we want.
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
+    if profile and cluster_id:
+        remove_files(cluster_files(profile, cluster_id))
+
+
+def _watch_controller_in_child(controller: int) -> None:
+    """In a forked scheduler: end once the controller (our parent) is gone."""
+    from dist_notebook.engine.parent import watch_pid
+
+    watch_pid(controller)
 
 
 def main() -> None:
+    import dist_notebook.cluster.reap  # noqa: F401 - loaded now, used at the kernel's death
     from dist_notebook.engine.parent import watch_parent
 
     watch_parent(before_exit=_remove_cluster_files)
+    controller = os.getpid()
+    os.register_at_fork(after_in_child=lambda: _watch_controller_in_child(controller))
     from ipyparallel.controller.app import main as controller_main
 
     sys.argv[0] = "ipcontroller"

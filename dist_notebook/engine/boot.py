@@ -18,13 +18,26 @@ def _preimport() -> None:
     import torch.distributed  # noqa: F401
 
 
+def _after_kernel_died() -> None:
+    """End our nanny (it would wait 3 s to tell a dead controller) and remove the
+    cluster's stack folder, which the kernel would have removed at stop."""
+    import shutil
+
+    from .parent import kill_children
+
+    kill_children()
+    stack_dir = os.environ.get("DIST_NOTEBOOK_STACK_DIR")
+    if stack_dir:
+        shutil.rmtree(stack_dir, ignore_errors=True)
+
+
 def main() -> None:
     from .parent import watch_parent
     from .rankenv import apply_rank_environment
     from .stacks import register
 
     apply_rank_environment(os.environ)
-    watch_parent()
+    watch_parent(before_exit=_after_kernel_died)
     register()
     threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()
     from ipyparallel.engine.app import main as ipengine_main

@@ -27,6 +27,31 @@ def _watch(parent: int, period: float, before_exit: Callable[[], None] | None) -
         time.sleep(period)
 
 
+def kill_children() -> None:
+    """SIGKILL this process's descendants, before it ends without its own clean-up
+    (an engine's nanny, the controller's schedulers: nobody else would end them)."""
+    import contextlib
+
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def watch_pid(
+    parent: int, period: float = 0.25, before_exit: Callable[[], None] | None = None
+) -> None:
+    """End this process (after *before_exit*) once *parent* is no longer its parent."""
+    thread = threading.Thread(
+        target=_watch,
+        args=(parent, period, before_exit),
+        name="dist-notebook-parent-watch",
+        daemon=True,
+    )
+    thread.start()
+
+
 def watch_parent(period: float = 0.25, before_exit: Callable[[], None] | None = None) -> bool:
     """Start the watcher when the environment names our parent; return whether it runs.
 
@@ -36,11 +61,5 @@ def watch_parent(period: float = 0.25, before_exit: Callable[[], None] | None = 
     if not value or int(value) != os.getppid():
         # Started by another launcher (MPI, SSH, Slurm): that launcher owns our lifetime.
         return False
-    thread = threading.Thread(
-        target=_watch,
-        args=(int(value), period, before_exit),
-        name="dist-notebook-parent-watch",
-        daemon=True,
-    )
-    thread.start()
+    watch_pid(int(value), period, before_exit)
     return True
