@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dist_notebook.cluster import ClusterSpec, DistCluster
+from dist_notebook.protocol import Record
 from dist_notebook.store import StoreError, StoreReader, StoreWriter
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,12 +43,14 @@ def test_locked_store_is_a_clear_error(tmp_path: Path) -> None:
     try:
         t0 = time.monotonic()
         with pytest.raises(StoreError, match="cannot write the run store .*locked"):
-            writer.append_metrics("r", [{"rank": 0, "step": 0, "time": 0.0, "loss": 1.0}])
+            writer.append_metrics("r", [Record(rank=0, step=0, time=0.0, metrics={"loss": 1.0})])
         assert time.monotonic() - t0 < 10
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    writer.append_metrics("r", [{"rank": 0, "step": 0, "time": 0.0, "loss": 1.0}])  # works again
+    writer.append_metrics(
+        "r", [Record(rank=0, step=0, time=0.0, metrics={"loss": 1.0})]
+    )  # works again
 
 
 @pytest.mark.slow

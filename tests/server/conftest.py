@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dist_notebook.protocol import Record
 from dist_notebook.store import StoreWriter
 
 CLUSTER = "c-test"
@@ -79,13 +80,14 @@ def add_steps(writer: StoreWriter, run_id: str, steps: range) -> None:
     writer.append_metrics(
         run_id,
         [
-            {
-                "rank": rank,
-                "step": step,
-                "time": now + step * 0.1,
-                "loss": 2.0 / (step + 1) + rank * 0.1,
-                "samples_per_s": 320.0 - rank * 100,
-            }
+            Record(
+                rank=rank,
+                step=step,
+                time=now + step * 0.1,
+                step_time=0.1 if step else None,
+                samples=32.0 - rank * 10,
+                metrics={"loss": 2.0 / (step + 1) + rank * 0.1},
+            )
             for step in steps
             for rank in (0, 1)
         ],

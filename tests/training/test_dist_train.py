@@ -22,6 +22,7 @@ from IPython.utils.capture import capture_output
 from dist_notebook import load_run
 from dist_notebook.cluster.execute import RankError
 from dist_notebook.display.dashboard import MAX_FPS
+from dist_notebook.protocol import Record
 from dist_notebook.store import StoreReader
 
 from .conftest import TRAIN_CELL, result_of, wait_for
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.slow
 RANKS = (0, 1)
 
 
-def by_rank(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {r: [] for r in RANKS}
+def by_rank(records: list[Record]) -> dict[int, list[Record]]:
+    out: dict[int, list[Record]] = {r: [] for r in RANKS}
     for rec in records:
-        out[rec["rank"]].append(rec)
+        out[rec.rank].append(rec)
     return out
 
 
@@ -70,15 +71,15 @@ def test_every_step_of_every_rank_is_stored_in_order(fifty: dict[str, Any]) -> N
     records = stored.records()
     assert len(records) == 50 * 2
     for rank, recs in by_rank(records).items():
-        assert [r["step"] for r in recs] == list(range(50)), f"rank {rank}"
-        times = [r["time"] for r in recs]
+        assert [r.step for r in recs] == list(range(50)), f"rank {rank}"
+        times = [r.time for r in recs]
         assert times == sorted(times)
-        assert all(isinstance(r["loss"], float) and r["samples"] == 32 for r in recs)
-        assert "step_time" not in recs[0]
-        assert all(r["step_time"] > 0 for r in recs[1:])
+        assert all(isinstance(r.metrics["loss"], float) and r.samples == 32 for r in recs)
+        assert recs[0].step_time is None
+        assert all(r.step_time is not None and r.step_time > 0 for r in recs[1:])
         # DDP's all-reduce was timed on every step, and never longer than the step.
-        assert all(r["comm_time"] > 0 for r in recs)
-        assert all(r["comm_time"] <= r["step_time"] for r in recs[1:])
+        assert all(r.comm_time is not None and r.comm_time > 0 for r in recs)
+        assert all(r.comm_time <= r.step_time for r in recs[1:])  # type: ignore[operator]
 
 
 def test_loss_falls_on_a_learnable_task(fifty: dict[str, Any]) -> None:
@@ -199,8 +200,8 @@ def test_a_raising_rank_fails_the_run(trainer: Any, shell: Any) -> None:
     assert ranks[1]["state"] == "failed" and "bad batch at step 20" in ranks[1]["error"]
     assert ranks[0]["state"] == "done"
     steps = {
-        rank: [r["step"] for r in recs]
-        for rank, recs in by_rank(StoreReader().metrics(run.id)).items()
+        rank: [r.step for r in recs]
+        for rank, recs in by_rank(StoreReader().records(run.id)).items()
     }
     assert steps == {0: list(range(40)), 1: list(range(20))}
     assert "failed" in trainer.last_dashboard.header.value
@@ -210,7 +211,7 @@ def test_line_form_calls_a_function_from_a_dist_cell(trainer: Any, shell: Any) -
     with capture_output():
         result = shell.run_line_magic("dist_train", "--name line train(steps=10)")
     assert result.state.value == "succeeded" and result.records == 20
-    assert [r["step"] for r in load_run("line").records() if r["rank"] == 0] == list(range(10))
+    assert [r.step for r in load_run("line").records() if r.rank == 0] == list(range(10))
 
 
 def test_line_form_keeps_quotes_in_the_expression(trainer: Any, shell: Any) -> None:

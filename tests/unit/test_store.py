@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dist_notebook.protocol import Record
 from dist_notebook.store import StoreError, StoreReader, StoreWriter
 
 
@@ -23,7 +25,7 @@ def writer(tmp_path: Path) -> StoreWriter:
 
 def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
     writer.add_cluster(
-        "c1", n=2, backend="gloo", kernel_pid=123, profile_dir="/p", ipp_cluster_id="x"
+        "c1", n=2, backend="gloo", kernel_pid=os.getpid(), profile_dir="/p", ipp_cluster_id="x"
     )
     writer.set_ranks(
         "c1",
@@ -39,7 +41,7 @@ def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
             "ready",
             "gloo",
             2,
-            123,
+            os.getpid(),
         )
         assert [(r["rank"], r["pid"], r["state"]) for r in cluster["ranks"]] == [
             (0, 100, "idle"),
@@ -58,7 +60,7 @@ def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
     writer.append_metrics(
         "r1",
         [
-            {"rank": r, "step": s, "time": 1.0 + s, "loss": 0.5 / (s + 1)}
+            Record(rank=r, step=s, time=1.0 + s, metrics={"loss": 0.5 / (s + 1)})
             for s in range(3)
             for r in (0, 1)
         ],
@@ -76,7 +78,8 @@ def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
         ]
         records = reader.metrics("r1")
         assert len(records) == 6
-        assert records[0]["loss"] == 0.5 and records[0]["rank"] == 0 and records[0]["step"] == 0
+        first = records[0]
+        assert first["metrics"]["loss"] == 0.5 and first["rank"] == 0 and first["step"] == 0
         later = reader.metrics("r1", since=records[3]["seq"])
         assert [r["seq"] for r in later] == [r["seq"] for r in records[4:]]
     finally:
@@ -137,7 +140,7 @@ def test_another_process_reads_while_the_kernel_writes(writer: StoreWriter) -> N
             writer.append_metrics(
                 "r1",
                 [
-                    {"rank": 0, "step": b * per_batch + i, "time": time.time()}
+                    Record(rank=0, step=b * per_batch + i, time=time.time())
                     for i in range(per_batch)
                 ],
             )
