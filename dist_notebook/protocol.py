@@ -7,7 +7,7 @@ a test fails when the committed file is out of date).
 
 The record
     A rank's ``report(step=..., samples=..., **metrics)`` makes one ``Record``. The fields
-    the system owns (rank, step, time, step_time, comm_time, samples) are kept apart from
+    the system owns (rank, step, time, step_time, comm_time, samples, gpu) are kept apart from
     the user's metric names (``Record.metrics``), so any name a user picks, ``seq``,
     ``rank``, ``end``, ``time`` or ``step_time`` included, is just a metric. Non-finite
     values are kept: in memory as floats, in JSON as the strings "nan", "inf", "-inf"
@@ -40,6 +40,9 @@ WINDOW = 20  # records per rank behind every derived measure
 STRAGGLER_FACTOR = 1.2  # compute time above this multiple of the median rank's: a straggler
 # System fields of a record, in the order they travel on the wire.
 SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
+# What a rank's GPU sampler may add to a record (NVML, 1-2 Hz): utilisation (0-1),
+# memory used (bytes), power (watts). Absent on CPU ranks.
+GPU_FIELDS = ("util", "mem", "power")
 
 Value = float | None  # a metric value: a float (finite or not); None where none was given
 
@@ -56,6 +59,7 @@ class Record:
     comm_time: float | None = None
     samples: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    gpu: dict[str, float] | None = None
 
     def to_json(self, seq: int | None = None) -> dict[str, Any]:
         """The record as the REST API and the live chart carry it (valid JSON)."""
@@ -67,6 +71,7 @@ class Record:
             "comm_time": json_value(self.comm_time),
             "samples": json_value(self.samples),
             "metrics": {k: json_value(v) for k, v in self.metrics.items()},
+            "gpu": None if self.gpu is None else {k: json_value(v) for k, v in self.gpu.items()},
         }
         if seq is not None:
             out["seq"] = seq
@@ -115,7 +120,7 @@ def to_float(value: Any) -> float:
 # comm_time, samples, {metrics}], ...], "end": bool}. "end" belongs to the message, not
 # to a record, so no metric name can end a rank's records.
 def wire_row(rec: Record) -> list[Any]:
-    return [rec.step, rec.time, rec.step_time, rec.comm_time, rec.samples, rec.metrics]
+    return [rec.step, rec.time, rec.step_time, rec.comm_time, rec.samples, rec.metrics, rec.gpu]
 
 
 def wire_message(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> dict:
@@ -138,9 +143,11 @@ def decode_message(msg: Any, run_id: str) -> tuple[int, list[Record], bool]:
 
 
 def _decode_row(rank: int, row: Any) -> Record:
-    if not isinstance(row, list) or len(row) != 6 or not isinstance(row[5], dict):
-        raise WireError("a record is [step, time, step_time, comm_time, samples, metrics]")
-    step, time_, step_time, comm_time, samples, metrics = row
+    if not isinstance(row, list) or len(row) != 7 or not isinstance(row[5], dict):
+        raise WireError("a record is [step, time, step_time, comm_time, samples, metrics, gpu]")
+    step, time_, step_time, comm_time, samples, metrics, gpu = row
+    if gpu is not None and not isinstance(gpu, dict):
+        raise WireError("a record's gpu is an object or null")
     if not (step is None or type(step) is int) or not isinstance(time_, int | float):
         raise WireError("a record's step is an int or null and its time a number")
     return Record(
@@ -151,6 +158,9 @@ def _decode_row(rank: int, row: Any) -> Record:
         comm_time=from_json_value(comm_time),
         samples=from_json_value(samples),
         metrics={str(k): x for k, v in metrics.items() if (x := from_json_value(v)) is not None},
+        gpu=None
+        if gpu is None
+        else {k: x for k in GPU_FIELDS if (x := from_json_value(gpu.get(k))) is not None},
     )
 
 
@@ -284,6 +294,9 @@ class RankSummary:
     comm_share: float | None
     compute_time: float | None
     last_time: float | None
+    gpu_util: float | None = None
+    gpu_mem: float | None = None
+    gpu_power: float | None = None
     straggler: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -341,6 +354,7 @@ def summarize_rank(
     share = None
     if comm_time is not None and step_time:
         share = min(1.0, comm_time / step_time)
+    gpu = next((r.gpu for r in reversed(recent) if r.gpu), {})
     steps_done = None
     if last_step is not None:
         steps_done = last_step + 1 if first_step == 0 else last_step
@@ -357,6 +371,9 @@ def summarize_rank(
         comm_share=share,
         compute_time=compute,
         last_time=recent[-1].time if recent else None,
+        gpu_util=gpu.get("util"),
+        gpu_mem=gpu.get("mem"),
+        gpu_power=gpu.get("power"),
     )
 
 
@@ -504,7 +521,8 @@ def typescript() -> str:
         "/** One record as the REST API and the live chart carry it. */\n"
         "export interface IRecord {\n  seq?: number;\n  rank: number;\n  step: number | null;\n"
         "  time: number;\n  step_time: JsonNumber | null;\n  comm_time: JsonNumber | null;\n"
-        "  samples: JsonNumber | null;\n  metrics: { [name: string]: JsonNumber | null };\n}"
+        "  samples: JsonNumber | null;\n  metrics: { [name: string]: JsonNumber | null };\n"
+        "  gpu: { util?: JsonNumber; mem?: JsonNumber; power?: JsonNumber } | null;\n}"
     )
     out.append(_ts_interface(RankSummary, "IRankSummary", "A rank's derived measures."))
     out.append(_ts_interface(HostSummary, "IHostSummary", "The ranks of one host."))

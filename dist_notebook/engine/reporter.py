@@ -137,9 +137,11 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
             step = int(protocol.to_float(step))
     step_time = now - channel.last_time if channel.last_time is not None else None
     channel.last_time = now
-    comm_time = None
+    comm_time = gpu = None
     for hook in _step_hooks:
-        comm_time = hook(now).get("comm_time", comm_time)
+        extra = hook(now)
+        comm_time = extra.get("comm_time", comm_time)
+        gpu = extra.get("gpu", gpu)
     values = {name: protocol.to_float(value) for name, value in metrics.items()}
     count = None if samples is None else protocol.to_float(samples)
-    channel.send([step, now, step_time, comm_time, count, values])
+    channel.send([step, now, step_time, comm_time, count, values, gpu])

@@ -7,10 +7,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from .. import protocol
 from ..protocol import Record, RunSummary
 from .location import store_path
 from .schema import StoreError, connect, metrics_columns
+from .writer import LIVE_CLUSTER, orphan_reason
 
 # Fields that version 1 of the store kept inside `data` with the user's metrics.
 _V1_SYSTEM = ("step_time", "comm_time", "samples")
@@ -18,6 +21,20 @@ _V1_SYSTEM = ("step_time", "comm_time", "samples")
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
     return {k: row[k] for k in row.keys()}
+
+
+def kernel_alive(pid: int | None, started: float | None = None) -> bool:
+    """Whether the kernel *pid* that started a cluster at *started* still runs here (a
+    process that took the pid over after the kernel exited is younger than the cluster)."""
+    if not pid:
+        return True  # unknown owner: never guess it dead
+    try:
+        created = psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.Error:
+        return True  # not ours to inspect: it exists
+    return started is None or created <= started + 1.0
 
 
 class StoreReader:
@@ -37,9 +54,43 @@ class StoreReader:
         except sqlite3.Error as e:
             raise StoreError(f"cannot read the run store at {self.path} ({e})") from e
 
+    # orphans ----------------------------------------------------------------
+    def orphaned(self) -> dict[str, int]:
+        """Clusters the store calls live whose kernel is gone: {cluster id: kernel pid}.
+
+        Every read shows them (and their unfinished runs) as ``orphaned`` at once, even
+        before anyone writes it (``StoreWriter.close_orphans`` does; a read-only store
+        is never written)."""
+        rows = self._query(
+            "SELECT id, kernel_pid, started FROM clusters"
+            f" WHERE state IN ({', '.join('?' * len(LIVE_CLUSTER))})",
+            LIVE_CLUSTER,
+        )
+        return {
+            r["id"]: r["kernel_pid"]
+            for r in rows
+            if not kernel_alive(r["kernel_pid"], r["started"])
+        }
+
+    def _mark_clusters(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        gone = self.orphaned() if rows else {}
+        for c in rows:
+            if c["id"] in gone:
+                c["state"] = protocol.ClusterState.ORPHANED.value
+        return rows
+
+    def _mark_runs(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        live = ("pending", "running")
+        gone = self.orphaned() if any(r["state"] in live for r in rows) else {}
+        for r in rows:
+            if r["state"] in live and r["cluster_id"] in gone:
+                r["state"] = protocol.RunState.ORPHANED.value
+                r["error"] = orphan_reason(gone[r["cluster_id"]])
+        return rows
+
     # clusters ---------------------------------------------------------------
     def clusters(self) -> list[dict[str, Any]]:
-        out = self._query("SELECT * FROM clusters ORDER BY started DESC")
+        out = self._mark_clusters(self._query("SELECT * FROM clusters ORDER BY started DESC"))
         for c in out:
             c["ranks"] = self.ranks(c["id"])
         return out
@@ -48,6 +99,7 @@ class StoreReader:
         rows = self._query("SELECT * FROM clusters WHERE id = ?", (cluster_id,))
         if not rows:
             return None
+        self._mark_clusters(rows)
         rows[0]["ranks"] = self.ranks(cluster_id)
         return rows[0]
 
@@ -65,15 +117,14 @@ class StoreReader:
         if cluster_id is not None:
             clauses.append("cluster_id = ?")
             params.append(cluster_id)
-        if state is not None:
-            clauses.append("state = ?")
-            params.append(state)
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
-        return self._query(sql + " ORDER BY started DESC", tuple(params))
+        rows = self._mark_runs(self._query(sql + " ORDER BY started DESC", tuple(params)))
+        # Filtered after marking: a run of a dead kernel is orphaned, not running.
+        return rows if state is None else [r for r in rows if r["state"] == state]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        rows = self._mark_runs(self._query("SELECT * FROM runs WHERE id = ?", (run_id,)))
         if not rows:
             return None
         rows[0]["ranks"] = self._query(
@@ -96,8 +147,12 @@ class StoreReader:
     ) -> list[tuple[int, Record]]:
         """(seq, Record) after sequence number *since*, in order (one rank's, if given)."""
         if self._sys_columns is None:
-            self._sys_columns = {"step_time", "comm_time", "samples"} <= metrics_columns(self._conn)
-        sys_cols = "step_time, comm_time, samples" if self._sys_columns else "NULL, NULL, NULL"
+            self._sys_columns = {"step_time", "comm_time", "samples", "gpu"} <= metrics_columns(
+                self._conn
+            )
+        sys_cols = (
+            "step_time, comm_time, samples, gpu" if self._sys_columns else "NULL, NULL, NULL, NULL"
+        )
         sql = (
             f"SELECT seq, rank, step, time, data, {sys_cols} FROM metrics"
             " WHERE run_id = ? AND seq > ?"
@@ -218,7 +273,7 @@ def _metrics(data: str) -> dict[str, float]:
 
 
 def _record(row: sqlite3.Row | tuple[Any, ...], v1: bool) -> Record:
-    _, rank, step, time_, data, step_time, comm_time, samples = tuple(row)
+    _, rank, step, time_, data, step_time, comm_time, samples, gpu = tuple(row)
     metrics = _metrics(data)
     if v1:  # a store of version 1, read without migrating it (it may be read-only)
         step_time, comm_time, samples = (metrics.pop(k, None) for k in _V1_SYSTEM)
@@ -230,4 +285,5 @@ def _record(row: sqlite3.Row | tuple[Any, ...], v1: bool) -> Record:
         comm_time=comm_time,
         samples=samples,
         metrics=metrics,
+        gpu=_metrics(gpu) if gpu else None,
     )

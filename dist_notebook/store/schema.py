@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS metrics (
     data TEXT NOT NULL,
     step_time REAL,
     comm_time REAL,
-    samples REAL
+    samples REAL,
+    gpu TEXT
 );
 CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics (run_id, seq);
 CREATE TABLE IF NOT EXISTS events (
@@ -121,7 +122,7 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
 # Version 2 keeps the system's fields of a record (dist_notebook.protocol) in columns of
 # their own, apart from the user's metrics in `data`; records of version 1 keep them in
 # `data`, where the reader still finds them.
-_V2_COLUMNS = ("step_time", "comm_time", "samples")
+_V2_COLUMNS = ("step_time", "comm_time", "samples", "gpu")
 
 
 def metrics_columns(conn: sqlite3.Connection) -> set[str]:
@@ -130,10 +131,11 @@ def metrics_columns(conn: sqlite3.Connection) -> set[str]:
 
 def _migrate(conn: sqlite3.Connection) -> None:
     have = metrics_columns(conn)
-    if not set(_V2_COLUMNS) <= have:
-        for column in _V2_COLUMNS:
-            if column not in have:
-                conn.execute(f"ALTER TABLE metrics ADD COLUMN {column} REAL")
+    for column in _V2_COLUMNS:
+        if column not in have:
+            kind = "TEXT" if column == "gpu" else "REAL"
+            conn.execute(f"ALTER TABLE metrics ADD COLUMN {column} {kind}")
+    if "step_time" not in have:
         # Move version 1's system fields out of the user's metrics, once.
         conn.execute(
             "UPDATE metrics SET step_time = json_extract(data, '$.step_time'),"

@@ -10,7 +10,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..protocol import Record, RunRankState, RunState, is_final, json_value, predecessors
+from ..protocol import (
+    ClusterState,
+    EngineState,
+    Record,
+    RunRankState,
+    RunState,
+    is_final,
+    json_value,
+    predecessors,
+)
 from .location import store_path
 from .schema import StoreError, connect
 
@@ -19,6 +28,26 @@ from .schema import StoreError, connect
 # each write of a run by 0.1 s, not 5 s, until a write gets through again).
 BUSY_MS = 5000
 BUSY_MS_WHILE_LOCKED = 100
+# Cluster states with processes that a kernel still owns.
+LIVE_CLUSTER = ("new", "starting", "ready", "degraded", "restarting", "stopping")
+
+
+def orphan_reason(kernel_pid: int | None) -> str:
+    return f"its kernel (pid {kernel_pid}) exited before the run ended"
+
+
+def _guarded_cluster(
+    cluster_id: str, state: ClusterState, backend: str | None, now: float | None
+) -> tuple[str, Sequence[Any]]:
+    allowed = predecessors(state, ClusterState)
+    ended = state in (ClusterState.STOPPED, ClusterState.FAILED, ClusterState.ORPHANED)
+    stopped = now if ended else None
+    return (
+        "UPDATE clusters SET state = ?, backend = COALESCE(?, backend),"
+        " stopped = COALESCE(?, stopped) WHERE id = ?"
+        f" AND state IN ({', '.join('?' * len(allowed))})",
+        (state.value, backend, stopped, cluster_id, *allowed),
+    )
 
 
 class StoreWriter:
@@ -67,29 +96,38 @@ class StoreWriter:
 
     # clusters ---------------------------------------------------------------
     def close_orphans(self, alive: Callable[[int], bool]) -> int:
-        """Mark clusters (and their runs) whose kernel is gone as stopped (failed).
+        """Mark clusters whose kernel is gone ``orphaned``, with their unfinished runs.
 
-        A kernel killed mid-run cannot record the end of its cluster or run; the next
-        kernel that opens the store does, so history never shows them running forever.
-        *alive(pid)* says whether a kernel pid still runs. Returns how many were closed.
+        A kernel killed mid-run cannot record the end of its cluster or run; whoever reads
+        the store next (a kernel, the server, ``%dist_runs``) does, so history never shows
+        them running forever. *alive(pid)* says whether a kernel pid still runs. Moves only
+        along the protocol's transitions. Returns how many clusters were marked.
         """
         rows = self._conn.execute(
-            "SELECT id, kernel_pid FROM clusters WHERE state NOT IN ('stopped', 'failed')"
+            "SELECT id, kernel_pid FROM clusters WHERE state IN"
+            f" ({', '.join('?' * len(LIVE_CLUSTER))})",
+            LIVE_CLUSTER,
         ).fetchall()
-        gone = [r["id"] for r in rows if r["kernel_pid"] and not alive(r["kernel_pid"])]
+        gone = [
+            (r["id"], r["kernel_pid"])
+            for r in rows
+            if r["kernel_pid"] and not alive(r["kernel_pid"])
+        ]
         now = time.time()
         stmts: list[tuple[str, Sequence[Any]]] = []
-        for cluster_id in gone:
+        for cluster_id, pid in gone:
             stmts += [
-                (
-                    "UPDATE clusters SET state = 'stopped', stopped = ? WHERE id = ?",
-                    (now, cluster_id),
-                ),
+                _guarded_cluster(cluster_id, ClusterState.ORPHANED, None, now),
                 ("UPDATE ranks SET state = 'stopped' WHERE cluster_id = ?", (cluster_id,)),
                 (
-                    "UPDATE runs SET state = 'orphaned', ended = ?, error = 'the kernel exited"
-                    " during the run' WHERE cluster_id = ? AND state IN ('pending', 'running')",
-                    (now, cluster_id),
+                    "UPDATE runs SET state = 'orphaned', ended = ?, error = ? WHERE"
+                    " cluster_id = ? AND state IN ('pending', 'running')",
+                    (now, orphan_reason(pid), cluster_id),
+                ),
+                (
+                    "UPDATE run_ranks SET state = 'cancelled' WHERE state IN ('pending',"
+                    " 'running') AND run_id IN (SELECT id FROM runs WHERE cluster_id = ?)",
+                    (cluster_id,),
                 ),
             ]
         if stmts:
@@ -113,12 +151,10 @@ class StoreWriter:
         )
 
     def set_cluster_state(self, cluster_id: str, state: str, backend: str | None = None) -> None:
-        stopped = time.time() if state in ("stopped", "failed") else None
-        self._write(
-            "UPDATE clusters SET state = ?, backend = COALESCE(?, backend), stopped = ?"
-            " WHERE id = ?",
-            (state, backend, stopped, cluster_id),
-        )
+        """Move the cluster to *state* along the protocol's transitions only: a state
+        written by another process (the server's ``orphaned``, a ``stopped``) is never
+        overwritten by this one's stale view."""
+        self._many([_guarded_cluster(cluster_id, ClusterState(state), backend, time.time())])
 
     def set_ranks(self, cluster_id: str, ranks: Iterable[Mapping[str, Any]]) -> None:
         stmts: list[tuple[str, Sequence[Any]]] = [
@@ -143,9 +179,12 @@ class StoreWriter:
         self._many(stmts)
 
     def set_rank_state(self, cluster_id: str, rank: int, state: str) -> None:
+        """Move a rank to *state* along EngineState's transitions only."""
+        allowed = predecessors(state, EngineState)
         self._write(
-            "UPDATE ranks SET state = ? WHERE cluster_id = ? AND rank = ?",
-            (state, cluster_id, rank),
+            "UPDATE ranks SET state = ? WHERE cluster_id = ? AND rank = ?"
+            f" AND state IN ({', '.join('?' * len(allowed))})",
+            (state, cluster_id, rank, *allowed),
         )
 
     # runs -------------------------------------------------------------------
@@ -207,6 +246,7 @@ class StoreWriter:
                 rec.step_time,
                 rec.comm_time,
                 rec.samples,
+                None if rec.gpu is None else json.dumps(rec.gpu),
             )
             for rec in records
         ]
@@ -216,12 +256,63 @@ class StoreWriter:
             [
                 (
                     "INSERT INTO metrics (run_id, rank, step, time, data, step_time, comm_time,"
-                    " samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " samples, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     row,
                 )
                 for row in rows
             ]
         )
+
+    # deleting ---------------------------------------------------------------
+    def delete_runs(self, run_ids: Sequence[str]) -> int:
+        """Delete runs with their ranks, records and events; returns how many."""
+        if not run_ids:
+            return 0
+        marks = ", ".join("?" * len(run_ids))
+        self._many(
+            [
+                (f"DELETE FROM {table} WHERE run_id IN ({marks})", tuple(run_ids))
+                for table in ("metrics", "run_ranks", "events")
+            ]
+            + [(f"DELETE FROM runs WHERE id IN ({marks})", tuple(run_ids))]
+        )
+        return len(run_ids)
+
+    def prune(self, before: float) -> tuple[int, int]:
+        """Delete ended runs started before *before* (epoch seconds), then ended clusters
+        stopped before it that have no run left; returns (runs, clusters) deleted."""
+        finals = [s.value for s in RunState if is_final(s, RunState)]
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM runs WHERE started < ?"
+                f" AND state IN ({', '.join('?' * len(finals))})",
+                (before, *finals),
+            ).fetchall()
+        runs = self.delete_runs([r["id"] for r in rows])
+        gone = ("stopped", "failed", "orphaned")
+        with self._lock:
+            ids = [
+                r["id"]
+                for r in self._conn.execute(
+                    "SELECT id FROM clusters WHERE state IN (?, ?, ?)"
+                    " AND COALESCE(stopped, started) < ?"
+                    " AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.cluster_id = clusters.id)",
+                    (*gone, before),
+                ).fetchall()
+            ]
+        if ids:
+            marks = ", ".join("?" * len(ids))
+            self._many(
+                [
+                    (f"DELETE FROM {table} WHERE {key} IN ({marks})", tuple(ids))
+                    for table, key in (
+                        ("ranks", "cluster_id"),
+                        ("events", "cluster_id"),
+                        ("clusters", "id"),
+                    )
+                ]
+            )
+        return runs, len(ids)
 
     def add_event(
         self,

@@ -46,6 +46,7 @@ export interface IRecord {
   comm_time: JsonNumber | null;
   samples: JsonNumber | null;
   metrics: { [name: string]: JsonNumber | null };
+  gpu: { util?: JsonNumber; mem?: JsonNumber; power?: JsonNumber } | null;
 }
 
 /** A rank's derived measures. */
@@ -62,6 +63,9 @@ export interface IRankSummary {
   comm_share: JsonNumber | null;
   compute_time: JsonNumber | null;
   last_time: JsonNumber | null;
+  gpu_util: JsonNumber | null;
+  gpu_mem: JsonNumber | null;
+  gpu_power: JsonNumber | null;
   straggler: boolean;
 }
 

@@ -147,7 +147,7 @@ def test_report_refuses_a_value_it_cannot_send(collector: Collector) -> None:
         report(step=0, loss=object())
 
 
-GOOD_ROW = [7, 1.0, None, None, None, {"loss": 0.5}]
+GOOD_ROW = [7, 1.0, None, None, None, {"loss": 0.5}, None]
 
 
 @pytest.mark.parametrize(
@@ -165,7 +165,8 @@ GOOD_ROW = [7, 1.0, None, None, None, {"loss": 0.5}]
         pytest.param(lambda key: signed(key, message("1", [GOOD_ROW])), id="rank-not-int"),  # type: ignore[arg-type]
         pytest.param(lambda key: signed(key, message(1, [[7, 1.0]])), id="short-row"),
         pytest.param(
-            lambda key: signed(key, message(1, [[7, "t", None, None, None, {}]])), id="bad-time"
+            lambda key: signed(key, message(1, [[7, "t", None, None, None, {}, None]])),
+            id="bad-time",
         ),
     ],
 )

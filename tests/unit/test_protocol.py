@@ -137,3 +137,20 @@ def test_non_finite_samples_and_losses_do_not_break_the_summary() -> None:
     s = m.run_summary("r", "running", None)
     assert s.ranks[0].last_loss is None and s.ranks[0].samples_per_s == pytest.approx(3 * 4 / 4)
     json.dumps(s.to_json(), allow_nan=False)
+
+
+def test_gpu_samples_travel_and_are_summarised(tmp_path: Path) -> None:
+    gpu = {"util": 0.93, "mem": 41.5 * 2**30, "power": 612.0}
+    rec = Record(rank=0, step=1, time=5.0, step_time=0.2, samples=8, gpu=gpu)
+    _, (back,), _ = decode_message(
+        json.loads(json.dumps(wire_message("r", 0, [wire_row(rec)]))), "r"
+    )
+    assert back == rec
+    writer = StoreWriter(tmp_path / "s.sqlite")
+    writer.add_run("r", name="n", cluster_id="c", ranks=[0], steps=None, code="")
+    writer.append_metrics("r", [rec, Record(rank=0, step=2, time=5.2, step_time=0.2)])
+    reader = StoreReader(writer.path)
+    assert reader.records("r")[0].gpu == gpu and reader.records("r")[1].gpu is None
+    summary = reader.summary("r")
+    assert summary is not None and summary.ranks[0].gpu_mem == gpu["mem"]
+    assert summary.ranks[0].gpu_util == 0.93 and summary.ranks[0].gpu_power == 612.0
