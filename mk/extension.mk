@@ -13,7 +13,7 @@ EXT_DIR := extension
 LABEXT_DIR := dist_notebook/labextension
 EXT_MODULES := $(EXT_DIR)/node_modules/.installed
 EXT_OUTPUT := $(LABEXT_DIR)/package.json
-EXT_SOURCES := $(wildcard $(EXT_DIR)/src/*.ts $(EXT_DIR)/style/* $(EXT_DIR)/schema/*.json) \
+EXT_SOURCES := $(wildcard $(EXT_DIR)/src/*.ts $(EXT_DIR)/src/chart/*.ts $(EXT_DIR)/style/* $(EXT_DIR)/schema/*.json) \
 	$(EXT_DIR)/package.json $(EXT_DIR)/tsconfig.json
 # The venv's own labextensions folder: an editable install copies shared-data once, at
 # install time, so the built assets are linked there instead (the wheel carries copies).

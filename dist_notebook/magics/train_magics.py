@@ -137,21 +137,27 @@ class TrainMagics(Magics):
             thread.start()
             print(f"run {run.name} ({run.id}) started in the background")
             return None
-        return self._execute(run, dashboard, True)
+        self._execute(run, dashboard, True)
+        # The end is said once, by the run's own output: no Out[] <RunResult> after it
+        # (the result: magics.last_result, or dist_notebook.load_run(name)).
+        return None
 
     def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
-        result = run.run(sink=LabelledPrinter())
+        # A blocking cell handles the live view's messages (its Stop) while it waits.
+        idle = dashboard.idle if dashboard is not None and raise_errors else None
+        result = run.run(sink=LabelledPrinter(), idle=idle)
         try:
             if dashboard is not None:
-                dashboard.finish()
+                dashboard.finish(result)
         finally:
             # Set last: whoever waits on last_result (a background run) sees the final picture.
             self.last_result = result
-        took = result.ended - result.started
-        print(
-            f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
-            f"{result.records} records"
-        )
+        if dashboard is None:  # else the dashboard's final picture says how the run ended
+            took = result.ended - result.started
+            print(
+                f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
+                f"{result.records} records"
+            )
         if result.state == RunState.FAILED:
             self.session.after_failure()
         if result.state == RunState.FAILED and result.error is not None and raise_errors:

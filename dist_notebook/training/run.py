@@ -7,6 +7,7 @@ released by the failure are marked so too); cancelled when the user stopped it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -19,6 +20,8 @@ from typing import Any
 from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
 from ..engine import training as engine_training
+from ..export import EXPORT_EVENT, FLAGS_EVENT, LiveExports, RunInfo, flags_json, flags_of
+from ..export import check as check_exports
 from ..metrics import RunMetrics
 from ..protocol import RunState
 from ..store import StoreWriter
@@ -38,10 +41,14 @@ class RunSpec:
     checkpoint_every: int | None = None
     checkpoint_dir: str | None = None
     resume: bool = False
+    tensorboard: str | None = None  # a directory: every rank's metrics as event files, live
+    mlflow: bool = False  # log to MLflow (MLFLOW_TRACKING_URI, else ./mlruns)
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps must be 1 or more (got {self.steps})")
+        # ExportUnavailable (an ImportError naming the extra) before the run is recorded.
+        check_exports(tensorboard=self.tensorboard, mlflow=self.mlflow)
 
 
 @dataclass
@@ -93,6 +100,8 @@ class TrainingRun:
             steps=spec.steps,
             code=spec.code,
         )
+        # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
+        record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
 
     def _track(self, futures: dict[int, Any]) -> None:
         self._futures = futures
@@ -110,9 +119,15 @@ class TrainingRun:
         self._cancelled.set()
         self.cluster.interrupt(self.ranks)
 
-    def run(self, sink: OutputSink | None = None) -> RunResult:
+    def run(
+        self, sink: OutputSink | None = None, idle: Callable[[], None] | None = None
+    ) -> RunResult:
+        """Run the cell on every rank; *idle* is called every ~50 ms while waiting."""
         key = os.urandom(32)
-        collector = Collector(self.id, key, self.metrics, self._writer, ip=self.cluster.spec.ip)
+        exports = self._exports()
+        collector = Collector(
+            self.id, key, self.metrics, self._writer, ip=self.cluster.spec.ip, sinks=exports.sinks
+        )
         error: RankError | None = None
         outputs: list[RankOutput] = []
         interrupted = False
@@ -135,6 +150,7 @@ class TrainingRun:
                     sink=sink,
                     timeout=self.spec.timeout,
                     on_submit=self._track,
+                    idle=idle,
                 )
             except RankError as e:
                 error = e
@@ -143,9 +159,36 @@ class TrainingRun:
             except TimeoutError:
                 # --timeout: every rank was interrupted; the run counts as cancelled.
                 interrupted = True
-        finally:
+        except BaseException as e:
             self._finish_channel(collector)
-        return self._conclude(outputs, error, interrupted, collector)
+            exports.close(RunState.FAILED.value, f"{type(e).__name__}: {e}")
+            raise
+        self._finish_channel(collector)
+        result = self._conclude(outputs, error, interrupted, collector)
+        # After the collector closed: every record was handed to the exporters.
+        exports.close(result.state.value, None if result.error is None else str(result.error))
+        return result
+
+    def _exports(self) -> LiveExports:
+        """The exporters the spec asks for (--tensorboard, --mlflow), fed by the collector."""
+        info = RunInfo(
+            run_id=self.id,
+            name=self.name,
+            code=self.spec.code,
+            flags=flags_of(self.spec),
+            ranks=tuple(self.ranks),
+            world_size=self.cluster.n,
+            backend=getattr(self.cluster, "backend", None),
+            cluster_id=self.cluster.id,
+            started=self.started,
+        )
+        return LiveExports(
+            info, self.spec.tensorboard, self.spec.mlflow, on_location=self._exported
+        )
+
+    def _exported(self, location: dict[str, Any]) -> None:
+        # Where the run went (the panel links to it); called from the exporter's thread.
+        record(self._writer, "add_event", EXPORT_EVENT, json.dumps(location), run_id=self.id)
 
     def _checkpoints(self) -> dict[str, Any]:
         spec = self.spec

@@ -18,6 +18,7 @@ import {
 } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
+import { liveRunPlugin } from './chart/widget';
 import { CommandIDs } from './commands';
 import { distIcon } from './icon';
 import { DistModel, RunModel } from './model';
@@ -170,4 +171,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, liveRunPlugin];

@@ -7,6 +7,7 @@ process can read the store while a run goes on.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -21,7 +22,7 @@ from IPython.utils.capture import capture_output
 
 from dist_notebook import load_run
 from dist_notebook.cluster.execute import RankError
-from dist_notebook.display.dashboard import MAX_FPS
+from dist_notebook.display.live import FLUSH_EVERY
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreReader
 
@@ -39,11 +40,11 @@ def by_rank(records: list[Record]) -> dict[int, list[Record]]:
 
 
 def table_step(table_html: str, rank: int) -> str:
-    """The step column of *rank*'s row in the dashboard's table."""
+    """The steps column of *rank*'s row in the final table (rank, host, state, steps ...)."""
     row = re.search(rf"<tr data-rank='{rank}'[^>]*>(.*?)</tr>", table_html)
     assert row, table_html
     cells = re.findall(r"<td>(.*?)</td>", row.group(1))
-    return cells[2]
+    return cells[3]
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +52,9 @@ def fifty(shell: Any, train_defined: Any) -> dict[str, Any]:
     """One 50-step DDP run written in the cell, shared by the tests that inspect it."""
     magics = shell.magics_manager.registry["TrainMagics"]
     with capture_output() as captured:
-        result = shell.run_cell_magic(
-            "dist_train", "--name fifty --steps 50", TRAIN_CELL.format(steps=50)
-        )
+        shell.run_cell_magic("dist_train", "--name fifty --steps 50", TRAIN_CELL.format(steps=50))
     return {
-        "result": result,
+        "result": magics.last_result,
         "dashboard": magics.last_dashboard,
         "run": magics.last_run,
         "outputs": captured.outputs,
@@ -90,15 +89,14 @@ def test_loss_falls_on_a_learnable_task(fifty: dict[str, Any]) -> None:
 
 
 def test_dashboard_shows_the_last_step(fifty: dict[str, Any]) -> None:
-    dashboard = fifty["dashboard"]
+    final = fifty["dashboard"].final_bundle
     for rank in RANKS:
-        assert table_step(dashboard.table.value, rank) == "49"
-    assert "succeeded" in dashboard.header.value and "step 49/50" in dashboard.header.value
-    png = bytes(dashboard.image.value)
+        assert table_step(final["text/html"], rank) == "50"  # steps done
+    assert "succeeded" in final["text/plain"] and "step 50/50" in final["text/plain"]
+    png = base64.b64decode(final["image/png"])
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, len(png)
-    assert dashboard.renders >= 1
-    assert dashboard.stop_button.disabled
-    assert "rank 1: done step 49" in dashboard.text_summary()
+    assert fifty["dashboard"].widget.comm is None, "no live view (nor Stop) after the end"
+    assert "rank 1: done steps 50" in final["text/plain"]
 
 
 def test_display_keeps_a_static_picture_after_the_run(fifty: dict[str, Any]) -> None:
@@ -110,18 +108,18 @@ def test_display_keeps_a_static_picture_after_the_run(fifty: dict[str, Any]) -> 
     assert final.update, "the run's own display is updated in place, not a new output"
     assert "<img src='data:image/png;base64,iVBORw0KGgo" in final.data["text/html"]
     assert final.data["text/plain"].startswith("fifty: succeeded")
+    assert fifty["result"] is not None
 
 
-def test_renders_are_throttled(trainer: Any, shell: Any) -> None:
+def test_live_view_messages_are_batched(trainer: Any, shell: Any) -> None:
     t0 = time.monotonic()
     with capture_output():
-        result = shell.run_cell_magic("dist_train", "--steps 200", "train(200)")
+        shell.run_cell_magic("dist_train", "--steps 200", "train(200)")
     elapsed = time.monotonic() - t0
-    dashboard = trainer.last_dashboard
-    assert result.records == 400
-    assert 1 <= dashboard.renders <= MAX_FPS * elapsed + 3
-    assert dashboard.renders < result.records / 10
-    assert table_step(dashboard.table.value, 0) == "199"
+    dashboard, result = trainer.last_dashboard, trainer.last_result
+    assert result.records == 400 and dashboard.feed.points == 400
+    assert 1 <= dashboard.feed.messages <= elapsed / FLUSH_EVERY + 3
+    assert table_step(dashboard.final_bundle["text/html"], 0) == "200"
 
 
 def test_another_process_reads_the_store_during_a_run(
@@ -162,8 +160,9 @@ def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
     run, dashboard = trainer.last_run, trainer.last_dashboard
     wait_for(lambda: all(run.metrics.records(r) for r in RANKS), 20, "records from every rank")
     clicked = time.monotonic()
-    dashboard.stop_button.click()
-    assert dashboard.stop_button.disabled
+    # what a click on the live view's Stop sends over the widget's comm
+    dashboard.widget._handle_custom_msg({"kind": "stop"}, [])
+    assert dashboard.stop_requested
     result = result_of(trainer, run, timeout=15)
     assert time.monotonic() - clicked < 8
     assert result.state.value == "cancelled" and result.error is None
@@ -175,7 +174,7 @@ def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
         (1, "cancelled"),
     ]
     assert len(StoreReader().metrics(run.id)) == result.records < 4000
-    assert "cancelled" in dashboard.header.value
+    assert "cancelled" in dashboard.final_bundle["text/plain"]
     # The cluster is still usable, process group included.
     with capture_output():
         shell.run_cell_magic(
@@ -204,12 +203,13 @@ def test_a_raising_rank_fails_the_run(trainer: Any, shell: Any) -> None:
         for rank, recs in by_rank(StoreReader().records(run.id)).items()
     }
     assert steps == {0: list(range(40)), 1: list(range(20))}
-    assert "failed" in trainer.last_dashboard.header.value
+    assert "failed" in trainer.last_dashboard.final_bundle["text/plain"]
 
 
 def test_line_form_calls_a_function_from_a_dist_cell(trainer: Any, shell: Any) -> None:
     with capture_output():
-        result = shell.run_line_magic("dist_train", "--name line train(steps=10)")
+        assert shell.run_line_magic("dist_train", "--name line train(steps=10)") is None
+    result = trainer.last_result
     assert result.state.value == "succeeded" and result.records == 20
     assert [r.step for r in load_run("line").records() if r.rank == 0] == list(range(10))
 
@@ -221,7 +221,8 @@ def test_line_form_keeps_quotes_in_the_expression(trainer: Any, shell: Any) -> N
             "",
             "def tagged(tag, steps):\n    assert tag == 'a b', tag\n    return train(steps)",
         )
-        result = shell.run_line_magic("dist_train", "--name quoted tagged('a b', steps=3)")
+        shell.run_line_magic("dist_train", "--name quoted tagged('a b', steps=3)")
+    result = trainer.last_result
     assert result.state.value == "succeeded" and result.records == 6
 
 

@@ -1,0 +1,113 @@
+/**
+ * Per-rank and per-host bars of a run's summary: samples/s, step time, comm share,
+ * the straggler marked. Every number is the summary's (computed once, in Python).
+ */
+import type { IHostSummary, IRankSummary, IRunSummary } from '../protocol';
+import { h, setText, syncChildren } from '../dom';
+import { colorIndex, formatNumber, toNumber } from './data';
+
+/** One row of bars: a rank or a host. */
+export interface IBarRow {
+  key: string;
+  label: string;
+  color: number | null;
+  samplesPerS: number | null;
+  stepTime: number | null;
+  commShare: number | null;
+  straggler: boolean;
+}
+
+export function rankRows(ranks: readonly IRankSummary[]): IBarRow[] {
+  return ranks.map(r => ({
+    key: `rank-${r.rank}`,
+    label: `rank ${r.rank}`,
+    color: colorIndex(r.rank),
+    samplesPerS: toNumber(r.samples_per_s),
+    stepTime: toNumber(r.step_time),
+    commShare: toNumber(r.comm_share),
+    straggler: r.straggler
+  }));
+}
+
+export function hostRows(hosts: readonly IHostSummary[]): IBarRow[] {
+  return hosts.map(host => ({
+    key: `host-${host.host}`,
+    label: `${host.host} (${host.ranks.length})`,
+    color: null,
+    samplesPerS: toNumber(host.samples_per_s),
+    stepTime: null,
+    commShare: null,
+    straggler: host.straggler
+  }));
+}
+
+/** The width of a bar, in percent of the widest. */
+export function barWidth(value: number | null, max: number): number {
+  if (value === null || !Number.isFinite(value) || max <= 0) {
+    return 0;
+  }
+  return Math.max(0, Math.min(100, (100 * value) / max));
+}
+
+export class BarsView {
+  readonly node = h('div', 'dn-chart-bars');
+  private readonly _ranks = h('div', 'dn-chart-bar-rows dn-chart-rank-rows');
+  private readonly _hostTitle = h('div', 'dn-chart-bars-title', 'per host');
+  private readonly _hosts = h('div', 'dn-chart-bar-rows dn-chart-host-rows');
+
+  constructor() {
+    const head = h('div', 'dn-chart-bar-row dn-chart-bar-head');
+    head.append(
+      h('span', 'dn-chart-bar-label', ''),
+      h('span', 'dn-chart-bar-cell', 'samples/s'),
+      h('span', 'dn-chart-bar-num', 'step ms'),
+      h('span', 'dn-chart-bar-num', 'comm')
+    );
+    this.node.append(head, this._ranks, this._hostTitle, this._hosts);
+  }
+
+  update(summary: IRunSummary | null): void {
+    const ranks = summary ? rankRows(summary.ranks) : [];
+    const hosts = summary ? hostRows(summary.hosts) : [];
+    const max = Math.max(0, ...[...ranks, ...hosts].map(r => r.samplesPerS ?? 0));
+    const rankMax = Math.max(0, ...ranks.map(r => r.samplesPerS ?? 0));
+    this._fill(this._ranks, ranks, rankMax);
+    // A per-host view only says something when there is more than one host.
+    const showHosts = hosts.length > 1;
+    this._hostTitle.hidden = !showHosts;
+    this._hosts.hidden = !showHosts;
+    this._fill(this._hosts, showHosts ? hosts : [], max);
+  }
+
+  private _fill(parent: HTMLElement, rows: IBarRow[], max: number): void {
+    syncChildren(
+      parent,
+      rows,
+      r => r.key,
+      () => {
+        const row = h('div', 'dn-chart-bar-row');
+        const cell = h('span', 'dn-chart-bar-cell');
+        cell.append(h('span', 'dn-chart-bar'), h('span', 'dn-chart-bar-value'));
+        row.append(
+          h('span', 'dn-chart-bar-label'),
+          cell,
+          h('span', 'dn-chart-bar-num dn-chart-step-ms'),
+          h('span', 'dn-chart-bar-num dn-chart-comm')
+        );
+        return row;
+      },
+      (row, r) => {
+        row.dataset.row = r.key;
+        row.classList.toggle('dn-straggler', r.straggler);
+        const [label, cell, step, comm] = Array.from(row.children) as HTMLElement[];
+        setText(label, r.straggler ? `${r.label} · straggler` : r.label);
+        const bar = cell.firstElementChild as HTMLElement;
+        bar.className = `dn-chart-bar${r.color === null ? '' : ` dn-color-${r.color}`}`;
+        bar.style.width = `${barWidth(r.samplesPerS, max).toFixed(1)}%`;
+        setText(cell.lastElementChild as HTMLElement, formatNumber(r.samplesPerS));
+        setText(step, r.stepTime === null ? '' : formatNumber(r.stepTime * 1000));
+        setText(comm, r.commShare === null ? '' : `${Math.round(r.commShare * 100)}%`);
+      }
+    );
+  }
+}
