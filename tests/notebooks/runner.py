@@ -42,6 +42,11 @@ class RunReport:
     wrong_rejected: int = 0
     total_s: float = 0.0
     extra_s: float = 0.0  # running stubs and wrong answers, which a learner does not do
+    cell_s: dict[int, float] = field(default_factory=dict)  # the learner's path, per cell
+
+    def slowest(self, n: int = 3) -> str:
+        top = sorted(self.cell_s.items(), key=lambda kv: -kv[1])[:n]
+        return ", ".join(f"cell {i} {s:.1f} s" for i, s in top)
 
     @property
     def learner_s(self) -> float:
@@ -126,10 +131,14 @@ class ExerciseRunner:
     def _run(self, cell: Any, index: int, what: str) -> None:
         from nbclient.exceptions import CellExecutionError
 
+        started = time.perf_counter()
         try:
             self.client.execute_cell(cell, index)
         except CellExecutionError as e:
             raise NotebookFailure(f"{self.path.name}: {what} failed: {e.ename}: {e.evalue}") from e
+        finally:
+            took = time.perf_counter() - started
+            self.report.cell_s[index] = self.report.cell_s.get(index, 0.0) + took
 
     def _scratch(self, source: str, index: int) -> Any:
         """Execute *source* as a cell at *index* that may fail; return the executed cell."""
