@@ -12,11 +12,13 @@ starting/restarting -> failed; any -> stopping -> stopped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -97,6 +99,10 @@ class DistCluster:
         self.pair_ports: list[int] = []
         self.master_addr: str | None = None
         self._buried: set[tuple[str, str]] = set()
+        # Why the cluster cannot work until restarted (the controller died), or None.
+        self.failure: str | None = None
+        self._tearing_down = False
+        self._watch: threading.Thread | None = None
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
         self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
 
@@ -150,14 +156,39 @@ class DistCluster:
                 else:
                     how = f"exit code {code}"
                 dead[int(identifier) + offset] = how
+        dead.update(self._unresponsive(dead))
+        return dead
+
+    def _unresponsive(self, dead: dict[int, str]) -> dict[int, str]:
+        """Ranks whose engine the controller dropped (missed heartbeats) though its
+        process may live: stopped (SIGSTOP) or hung outside Python. Such an engine
+        never comes back by itself, even after SIGCONT; restart replaces it."""
+        if self.client is None or self.state not in (ClusterState.READY, ClusterState.DEGRADED):
+            return {}
+        registered = set(self.client.ids)
+        found = {}
+        for info in self.ranks:
+            if info.rank in dead or info.engine_id in registered:
+                continue
+            found[info.rank] = f"{UNRESPONSIVE}: {_process_state(info.pid)}"
+        return found
+
+    def check_health(self) -> dict[int, str]:
+        """Look for dead or unresponsive ranks now and record them; return them."""
+        dead = self.dead_ranks()
+        fresh = {
+            r: how for r, how in dead.items() if self.ranks[r].state not in ("dead", UNRESPONSIVE)
+        }
+        if fresh:
+            self.mark_dead(fresh)
         return dead
 
     def mark_dead(self, ranks: dict[int, str]) -> None:
         """Record dead ranks: the cluster needs a restart before the next cell."""
         for info in self.ranks:
             if info.rank in ranks:
-                info.state = "dead"
-                record(self.writer(), "set_rank_state", self.id, info.rank, "dead")
+                info.state = "unresponsive" if ranks[info.rank].startswith(UNRESPONSIVE) else "dead"
+                record(self.writer(), "set_rank_state", self.id, info.rank, info.state)
                 record(
                     self.writer(),
                     "add_event",
@@ -176,6 +207,8 @@ class DistCluster:
         return self.client
 
     def require_ready(self) -> ipp.Client:
+        if self.failure is not None:
+            raise ClusterError(self.failure)
         if self.state != ClusterState.READY or self.client is None:
             raise ClusterError(
                 f"the cluster is {self.state.value}, not ready: run %dist_cluster start "
@@ -194,6 +227,7 @@ class DistCluster:
             self._ipp = self._make_ipp_cluster()
             self.progress(f"starting controller on {self.spec.ip}")
             await self._ipp.start_controller()
+            self._ipp.controller.on_stop(self._controller_stopped)
             self._record_cluster()
             await self._start_engines()
             self.client = await self._ipp.connect_client()
@@ -210,7 +244,24 @@ class DistCluster:
         self.state = ClusterState.READY
         self.start_seconds = time.perf_counter() - t0
         self._store_state("ready")
+        if self._watch is None or not self._watch.is_alive():
+            self._watch = threading.Thread(
+                target=self._watch_health, name=f"dist-notebook-health-{self.id}", daemon=True
+            )
+            self._watch.start()
         return self
+
+    def _watch_health(self) -> None:
+        """While the cluster runs: notice an engine the controller dropped (a stopped or
+        hung rank), so status says which rank is unresponsive without waiting for a cell.
+        (Exits of processes and of the controller come from the launchers' own threads.)"""
+        while self.state in (ClusterState.READY, ClusterState.DEGRADED, ClusterState.RESTARTING):
+            if self.state != ClusterState.RESTARTING:
+                try:
+                    self.check_health()
+                except Exception as e:  # a client closing under us: say it, keep watching
+                    log.debug("health check: %s", e)
+            time.sleep(HEALTH_PERIOD)
 
     def start_sync(self) -> DistCluster:
         return run_sync(self.start())
@@ -218,6 +269,13 @@ class DistCluster:
     async def restart(self, everything: bool = False) -> DistCluster:
         """Replace dead ranks' engines (or, with none dead or *everything*, every engine)
         and re-create the group. Survivors of a partial restart keep their state."""
+        if self.failure is not None:
+            # Engines cannot move to a new controller: start everything afresh.
+            self.progress(f"{self.failure.split(':')[0]}; starting a new cluster")
+            await self._teardown()
+            self.failure = None
+            self.state = ClusterState.FAILED
+            return await self.start()
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
         t0 = time.perf_counter()
@@ -324,6 +382,14 @@ class DistCluster:
     async def _replace(self, dead: dict[int, str], old: set[int]) -> None:
         """Start one engine per dead rank, with that rank, beside the survivors."""
         survivors = [r.engine_id for r in self.ranks if r.rank not in dead]
+        # An unresponsive engine's process may live (stopped): end it first, which also
+        # frees its peers blocked in a collective with it, and let its exit be recorded.
+        stuck = reap.process_tree([r.pid for r in self.ranks if r.rank in dead])
+        for proc in stuck:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        await asyncio.get_running_loop().run_in_executor(None, reap.reap, stuck, 2.0)
+        await self._exits_recorded({p.pid for p in stuck}, 5.0)
         for rank in sorted(dead):
             self.progress(f"replacing rank {rank} ({dead[rank]})")
             await self._start_engines(1, rank)
@@ -333,6 +399,20 @@ class DistCluster:
                 self._buried.add((set_id, identifier))
         await self._wait_for_engines(old, len(dead))
         await self._setup_ranks(survivors + sorted(set(self.client.ids) - old))  # type: ignore[union-attr]
+
+    async def _exits_recorded(self, pids: set[int], timeout: float) -> None:
+        """Wait until the launchers have recorded the exit of *pids* (their wait thread
+        polls), so those records are buried with the rest, not taken for new deaths."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            recorded = set()
+            for set_id in self._engine_sets:
+                engine_set = self._ipp.engines.get(set_id) if self._ipp else None
+                exits = getattr(engine_set, "stop_data", {}).get("engines", {})
+                recorded |= {data.get("pid") for data in exits.values()}
+            if pids <= recorded:
+                return
+            await asyncio.sleep(0.05)
 
     async def _start_engines(self, count: int | None = None, rank_offset: int = 0) -> None:
         assert self._ipp is not None
@@ -450,7 +530,41 @@ class DistCluster:
                         pids.append(launcher.process.pid)
         return pids
 
+    def _controller_stopped(self, stop_data: dict[str, Any]) -> None:
+        """The controller's launcher saw it exit (its wait thread, within ~0.1 s).
+
+        Outside a stop this is a failure: no cell can run, and the engines cannot join
+        another controller, so they are ended now rather than left waiting.
+        """
+        if self._tearing_down or self.state in (ClusterState.STOPPING, ClusterState.STOPPED):
+            return
+        code = stop_data.get("exit_code")
+        how = (
+            f"signal {signal.Signals(-code).name}"
+            if isinstance(code, int) and code < 0
+            else (f"exit code {code}")
+        )
+        self.failure = f"the controller died ({how}): run %dist_cluster restart to start a new one"
+        self.state = ClusterState.FAILED
+        for info in self.ranks:
+            info.state = "stopped"
+        self._store_state("failed")
+        record(self.writer(), "add_event", "controller-died", how, cluster_id=self.id)
+        engines = [p for p in self.local_pids() if p != stop_data.get("pid")]
+        tree = reap.process_tree(engines)
+        for proc in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.terminate()
+        reap.reap(tree)
+
     async def _teardown(self) -> None:
+        self._tearing_down = True
+        try:
+            await self._stop_everything()
+        finally:
+            self._tearing_down = False
+
+    async def _stop_everything(self) -> None:
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -506,6 +620,20 @@ class DistCluster:
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"
+
+
+UNRESPONSIVE = "unresponsive"
+HEALTH_PERIOD = 0.25  # seconds between looks for engines the controller dropped
+
+
+def _process_state(pid: int) -> str:
+    try:
+        status = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return f"process {pid} is gone"
+    if status == psutil.STATUS_STOPPED:
+        return f"process {pid} is stopped (SIGSTOP); ipyparallel dropped its engine"
+    return f"process {pid} is {status} but its engine missed its heartbeats"
 
 
 def _first_error(e: ipp.error.CompositeError) -> str:
