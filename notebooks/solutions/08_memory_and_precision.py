@@ -1,0 +1,40 @@
+# Solutions to the exercises of notebook 08, and plausible wrong answers the checks reject.
+
+# %% state_bytes
+def state_bytes_per_param(optimizer):
+    # 4 bytes each: the weight, its gradient, and one (momentum) or two (Adam) state tensors
+    return {"sgd": 8, "momentum": 12, "adam": 16}[optimizer]
+
+
+# %% state_bytes wrong: forgets the gradient
+def state_bytes_per_param(optimizer):
+    return {"sgd": 4, "momentum": 8, "adam": 12}[optimizer]
+
+
+# %% state_bytes wrong: Adam keeps one state tensor, not two
+def state_bytes_per_param(optimizer):
+    return {"sgd": 8, "momentum": 12, "adam": 12}[optimizer]
+
+
+# %% loss_scale
+import math
+
+import torch
+
+
+def loss_scale(min_grad):
+    tiny = torch.finfo(torch.float16).tiny  # 2**-14, the smallest normal float16
+    return 2.0 ** max(0, math.ceil(math.log2(tiny / min_grad)))
+
+
+# %% loss_scale wrong: always GradScaler's initial 2**16
+def loss_scale(min_grad):
+    return 2.0**16
+
+
+# %% loss_scale wrong: aims at float16's smallest subnormal, not its normal range
+import math
+
+
+def loss_scale(min_grad):
+    return 2.0 ** max(0, math.ceil(math.log2(2.0**-24 / min_grad)))
