@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..export.stored import exports_of
 from ..protocol import RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 
@@ -97,8 +98,12 @@ class RunStoreManager:
             return reader.runs(cluster_id=cluster_id, state=state)
 
     def run(self, run_id: str) -> dict[str, Any]:
+        """The run's row, ranks, and ``exports``: where it was exported (TensorBoard,
+        MLflow), each {"tool", "location", "url", "command", ...}, oldest first."""
         with self._reader() as reader:
             found = reader.run(run_id) if reader is not None else None
+            if found is not None and reader is not None:
+                found["exports"] = exports_of(reader.events(run_id=run_id))
         if found is None:
             raise UnknownIdError(f"no run with id {run_id!r}")
         return found

@@ -62,6 +62,21 @@ class Run:
                 )
         return path
 
+    def to_tensorboard(self, directory: str | Path) -> Path:
+        """Write every record as TensorBoard event files under *directory* (one sub-run
+        per rank, as ``%%dist_train --tensorboard`` does); return the run's directory.
+        Needs ``pip install 'dist-notebook[tensorboard]'``."""
+        from ..export import export_stored
+
+        return Path(export_stored(self._reader.path, self.id, "tensorboard", directory)["location"])
+
+    def to_mlflow(self) -> str:
+        """Log the run to MLflow (``MLFLOW_TRACKING_URI``, else ./mlruns) as ``--mlflow``
+        does; return the MLflow run id. Needs ``pip install 'dist-notebook[mlflow]'``."""
+        from ..export import export_stored
+
+        return str(export_stored(self._reader.path, self.id, "mlflow")["run_id"])
+
     def __repr__(self) -> str:
         return f"<Run {self.name} ({self.id}) {self.state}>"
 
