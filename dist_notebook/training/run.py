@@ -8,7 +8,6 @@ released by the failure are marked so too); cancelled when the user stopped it.
 from __future__ import annotations
 
 import json
-import json
 import logging
 import os
 import threading
@@ -21,7 +20,6 @@ from typing import Any
 from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
 from ..engine import training as engine_training
-from ..export import EXPORT_EVENT, FLAGS_EVENT, LiveExports, RunInfo, flags_json, flags_of
 from ..export import EXPORT_EVENT, FLAGS_EVENT, LiveExports, RunInfo, flags_json, flags_of
 from ..export import check as check_exports
 from ..metrics import RunMetrics
@@ -45,14 +43,10 @@ class RunSpec:
     resume: bool = False
     tensorboard: str | None = None  # a directory: every rank's metrics as event files, live
     mlflow: bool = False  # log to MLflow (MLFLOW_TRACKING_URI, else ./mlruns)
-    tensorboard: str | None = None  # a directory: every rank's metrics as event files, live
-    mlflow: bool = False  # log to MLflow (MLFLOW_TRACKING_URI, else ./mlruns)
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps must be 1 or more (got {self.steps})")
-        # ExportUnavailable (an ImportError naming the extra) before the run is recorded.
-        check_exports(tensorboard=self.tensorboard, mlflow=self.mlflow)
         # ExportUnavailable (an ImportError naming the extra) before the run is recorded.
         check_exports(tensorboard=self.tensorboard, mlflow=self.mlflow)
 
@@ -106,8 +100,6 @@ class TrainingRun:
             steps=spec.steps,
             code=spec.code,
         )
-        # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
-        record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
         # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
         record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
 
