@@ -95,6 +95,8 @@ def record_values(rec: Record) -> list[tuple[str, float]]:
             values.append((tag, value))
     if rec.samples is not None:
         values.append((SAMPLES_TAG, rec.samples))
+    if rec.gpu:  # a GPU rank's sampled utilisation, memory and power
+        values.extend((f"system/gpu_{k}", v) for k, v in rec.gpu.items())
     return values
 
 

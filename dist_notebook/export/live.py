@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ..protocol import Record
@@ -35,7 +36,7 @@ class LiveExports:
             self.workers.append(ExportWorker(MlflowTarget(info), on_location))
 
     @property
-    def sinks(self) -> list[ExportWorker]:
+    def sinks(self) -> list[Callable[[list[Record]], None]]:
         return list(self.workers)
 
     def feed(self, records: list[Record]) -> None:
