@@ -71,8 +71,44 @@ class RunResult:
         )
 
 
+class RunBusyError(ClusterError):
+    """A run was asked for on ranks that another run of this cluster still uses."""
+
+
+# {cluster id: the run in flight on it}. Two runs at once would both set the ranks'
+# metrics channel: the first would get no record and the second every record twice.
+_active: dict[str, TrainingRun] = {}
+_active_lock = threading.Lock()
+
+
+def _claim(run: TrainingRun) -> None:
+    with _active_lock:
+        other = _active.get(run.cluster.id)
+        # A pending run that never started (its cell failed before run()) is no claim.
+        busy = other is not None and (
+            other.state == RunState.RUNNING
+            or (other.state == RunState.PENDING and time.time() - other.started < 30)
+        )
+        if other is not None and busy:
+            raise RunBusyError(
+                f"run {other.name} ({other.id}) is still running on this cluster: wait "
+                "until it ends, or stop it (its dashboard's Stop, or the side panel), "
+                f"then start {run.name} again"
+            )
+        _active[run.cluster.id] = run
+
+
+def _release(run: TrainingRun) -> None:
+    with _active_lock:
+        if _active.get(run.cluster.id) is run:
+            del _active[run.cluster.id]
+
+
 class TrainingRun:
-    """Runs a RunSpec on a ready cluster; ``stop()`` may be called from any thread."""
+    """Runs a RunSpec on a ready cluster; ``stop()`` may be called from any thread.
+
+    One run at a time per cluster: a second one is refused (RunBusyError) while the
+    first is pending or running, before anything of it is recorded."""
 
     def __init__(self, cluster: Any, spec: RunSpec, writer: StoreWriter | None = None) -> None:
         self.cluster = cluster
@@ -83,13 +119,14 @@ class TrainingRun:
         self.state = RunState.PENDING
         self.rank_states = {r: "pending" for r in self.ranks}
         self.metrics = RunMetrics(
-            self.ranks, hosts={r.rank: r.host for r in getattr(cluster, 'ranks', [])}
+            self.ranks, hosts={r.rank: r.host for r in getattr(cluster, "ranks", [])}
         )
         self.started = time.time()
         self._writer = writer
         self._cancelled = threading.Event()
         self._listeners: list[Callable[[], None]] = []
         self._futures: dict[int, Any] = {}
+        _claim(self)
         record(
             self._writer,
             "add_run",
@@ -123,6 +160,12 @@ class TrainingRun:
         self, sink: OutputSink | None = None, idle: Callable[[], None] | None = None
     ) -> RunResult:
         """Run the cell on every rank; *idle* is called every ~50 ms while waiting."""
+        try:
+            return self._run(sink, idle)
+        finally:
+            _release(self)
+
+    def _run(self, sink: OutputSink | None, idle: Callable[[], None] | None) -> RunResult:
         key = os.urandom(32)
         exports = self._exports()
         collector = Collector(
