@@ -10,8 +10,32 @@ from .session import Session
 def register(ipython: Any) -> None:
     from .cluster_magics import ClusterMagics
     from .exec_magics import ExecMagics
+    from .runs_magics import RunsMagics
     from .train_magics import TrainMagics
 
     session = Session.for_shell(ipython)
     for cls in (ClusterMagics, ExecMagics, TrainMagics):
         ipython.register_magics(cls(ipython, session=session))
+    ipython.register_magics(RunsMagics(ipython))
+    _register_completers(ipython)
+
+
+def _register_completers(ipython: Any) -> None:
+    """Tab completion of each magic's subcommands and flags (``%dist_cluster st<TAB>``)."""
+    from .args import completer, option_names
+    from .cluster_magics import ACTIONS, ClusterMagics
+    from .exec_magics import ExecMagics
+    from .runs_magics import RunsMagics
+    from .train_magics import TrainMagics
+
+    magics = {
+        "%dist_cluster": (ClusterMagics.dist_cluster, ACTIONS),
+        "%%dist": (ExecMagics.dist, ()),
+        "%dist_pull": (ExecMagics.dist_pull, ()),
+        "%%dist_train": (TrainMagics.dist_train, ()),
+        "%dist_train": (TrainMagics.dist_train, ()),
+        "%dist_runs": (RunsMagics.dist_runs, ()),
+    }
+    for command, (magic, subcommands) in magics.items():
+        words = [*subcommands, *option_names(magic.parser)]
+        ipython.set_hook("complete_command", completer(words), str_key=command)

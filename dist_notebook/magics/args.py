@@ -1,46 +1,128 @@
-"""Argument parsing for the magics: every mistake becomes a UsageError naming the fix."""
+"""Arguments of the magics, declared with IPython's ``magic_arguments``.
+
+Each magic declares its flags with decorators; IPython builds the argparse parser and
+puts its help (every flag, then examples) in the magic's docstring, so ``%dist_cluster?``
+shows it. ``parse`` reads a line like a shell would: ``--help`` prints the help, and
+every mistake becomes a UsageError that names the flag and shows the usage line.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from IPython.core.error import UsageError
+from IPython.core.magic_arguments import (
+    ArgDecorator,
+    MagicArgumentParser,
+    MagicHelpFormatter,
+    argument,
+    kwds,
+)
+
+# The parser type that flag groups (remote_args.add_remote_flags) add their flags to.
+MagicParser = MagicArgumentParser
+
+HELP = argument("-h", "--help", action="store_true", help="show this help and return")
 
 
-class MagicParser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting the kernel."""
+class _Formatter(MagicHelpFormatter):
+    """IPython's magic help, with a plain ``usage:`` line (IPython's is a reST block)."""
 
-    def __init__(self, prog: str, **kwargs: Any) -> None:
-        super().__init__(prog=prog, add_help=False, allow_abbrev=False, **kwargs)
-        self.add_argument("-h", "--help", action="store_true", help="show this help")
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
-
-    def parse_line(self, line: str, *, keep_quotes: bool = False) -> argparse.Namespace:
-        """Parse *line* like a shell would; with *keep_quotes*, quoted words keep their
-        quotes (for a Python expression such as ``d['key']``)."""
-        try:
-            words = _split(line, keep_quotes)
-        except ValueError as e:
-            raise UsageError(
-                f"{self.prog}: cannot read the arguments ({e}); check the quotes"
-            ) from None
-        args = self.parse_args(words)
-        if args.help:
-            raise UsageError(self.format_help())
-        return args
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = "usage: ") -> None:
+        argparse.RawDescriptionHelpFormatter.add_usage(self, usage, actions, groups, prefix)
 
 
-def _split(line: str, keep_quotes: bool) -> list[str]:
+class help_text(kwds):  # noqa: N801 (a decorator, named like IPython's)
+    """Examples shown after the flags, in ``%magic?`` and ``%magic --help``; every magic
+    has them. Flags are never abbreviated: ``--rank`` is not taken for ``--ranks``."""
+
+    def __init__(self, examples: str) -> None:
+        super().__init__(epilog="examples:\n" + examples.strip("\n"), formatter_class=_Formatter)
+
+    def add_to_parser(self, parser: Any, group: Any) -> None:
+        parser.allow_abbrev = False
+
+
+class exclusive(ArgDecorator):  # noqa: N801 (a decorator, named like IPython's)
+    """Flags of which at most one may be given, e.g. ``--gpus`` or ``--cpu``."""
+
+    def __init__(self, *flags: argument) -> None:
+        self.flags = flags
+
+    def add_to_parser(self, parser: Any, group: Any) -> None:
+        exclusive_group = parser.add_mutually_exclusive_group()
+        for flag in self.flags:
+            exclusive_group.add_argument(*flag.args, **flag.kwds)
+
+
+class flags_from(ArgDecorator):  # noqa: N801 (a decorator, named like IPython's)
+    """Flags that a function adds to the parser (a group kept in its own module)."""
+
+    def __init__(self, add: Callable[[Any], None]) -> None:
+        self.add = add
+
+    def add_to_parser(self, parser: Any, group: Any) -> None:
+        self.add(parser)
+
+
+def parser_of(magic: Any) -> MagicArgumentParser:
+    return magic.parser  # type: ignore[no-any-return]
+
+
+def parse(magic: Any, line: str, *, keep_quotes: bool = False) -> argparse.Namespace | None:
+    """The flags of *magic* in *line*; None when ``--help`` was given (the help is printed).
+
+    With *keep_quotes*, quoted words keep their quotes (for a Python expression such as
+    ``d['key']``).
+    """
+    parser = parser_of(magic)
+    try:
+        words = split_words(line, keep_quotes)
+    except ValueError as e:
+        raise UsageError(
+            f"{parser.prog}: cannot read the arguments ({e}); check the quotes"
+        ) from None
+    args = parse_words(parser, words)
+    if args.help:
+        print(parser.format_help())
+        return None
+    return args
+
+
+def parse_words(parser: MagicArgumentParser, words: list[str]) -> argparse.Namespace:
+    try:
+        return parser.parse_args(words)
+    except UsageError as e:
+        raise UsageError(f"{parser.prog}: {e}\n{parser.format_usage().strip()}") from None
+
+
+def split_words(line: str, keep_quotes: bool = False) -> list[str]:
     if not keep_quotes:
         return shlex.split(line)
     lexer = shlex.shlex(line, posix=False)
     lexer.whitespace_split = True
     lexer.commenters = ""
     return list(lexer)
+
+
+def option_names(parser: MagicArgumentParser) -> list[str]:
+    """Every flag of *parser*, read from its help (``--gpus``, ``-n`` ...)."""
+    found = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", parser.format_help())
+    return sorted(dict.fromkeys(found))
+
+
+def completer(words: Iterable[str]) -> Callable[[Any, Any], list[str]]:
+    """An IPython ``complete_command`` hook offering *words* (subcommands and flags)."""
+    offered = list(words)
+
+    def complete(_shell: Any, event: Any) -> list[str]:
+        return [w for w in offered if w.startswith(event.symbol)]
+
+    return complete
 
 
 def int_list(text: str) -> list[int]:

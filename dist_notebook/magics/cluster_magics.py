@@ -6,11 +6,21 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster
 from ..cluster.devices import visible_gpus
-from .args import MagicParser, int_list, positive_float, positive_int
+from .args import (
+    HELP,
+    exclusive,
+    flags_from,
+    help_text,
+    int_list,
+    parse,
+    positive_float,
+    positive_int,
+)
 from .output import Progress, Table
 from .remote_args import add_remote_flags, local_ip, remote_cluster_spec
 from .session import Session
@@ -18,35 +28,16 @@ from .session import Session
 ACTIONS = ("start", "status", "stop", "restart", "stacks")
 
 
-def _parser() -> MagicParser:
-    p = MagicParser("%dist_cluster", description="Start, inspect, stop or restart the ranks.")
-    p.add_argument("action", nargs="?", default="status", choices=ACTIONS, help="what to do")
-    p.add_argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--gpus", type=int_list, help="GPU ids, one per rank, e.g. 0,1")
-    where.add_argument("--cpu", action="store_true", help="CPU ranks (gloo) even if GPUs exist")
-    p.add_argument(
-        "--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend"
-    )
-    p.add_argument(
-        "--timeout", type=positive_float, default=30.0, help="collective timeout, seconds"
-    )
-    p.add_argument("--threads", type=positive_int, help="threads per rank (default: cores / ranks)")
-    p.add_argument("--ip", help="address to listen on (default loopback)")
-    add_remote_flags(p)
-    p.add_argument(
-        "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
-    )
-    p.add_argument(
-        "--all", action="store_true", help="with restart: replace every engine, not only dead ones"
-    )
-    p.add_argument(
-        "--launcher",
-        default="local",
-        choices=("local", "mpi", "ssh", "slurm"),
-        help="ipyparallel launcher",
-    )
-    return p
+EXAMPLES = """
+  %dist_cluster start                  one rank per visible GPU (NCCL), else 2 CPU ranks
+  %dist_cluster start -n 4 --cpu       4 CPU ranks with gloo
+  %dist_cluster start --gpus 0,1       ranks on GPUs 0 and 1
+  %dist_cluster start --launcher slurm --nodes 2 --gpus-per-node 4
+  %dist_cluster status                 the table of ranks
+  %dist_cluster restart [--all]        replace dead ranks (or every engine)
+  %dist_cluster stacks                 every rank's Python stack now
+  %dist_cluster stop
+"""
 
 
 def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
@@ -106,12 +97,52 @@ class ClusterMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
         super().__init__(shell)
         self.session = session
-        self.parser = _parser()
 
+    @magic_arguments("%dist_cluster")
+    @HELP
+    @argument("action", nargs="?", default="status", choices=ACTIONS, help="what to do")
+    @argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
+    @exclusive(
+        argument("--gpus", type=int_list, metavar="IDS", help="GPU ids, one per rank, e.g. 0,1"),
+        argument("--cpu", action="store_true", help="CPU ranks (gloo) even if GPUs exist"),
+    )
+    @argument(
+        "--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend"
+    )
+    @argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="collective timeout, seconds",
+    )
+    @argument(
+        "--threads",
+        type=positive_int,
+        metavar="K",
+        help="threads per rank (default: cores / ranks)",
+    )
+    @argument("--ip", metavar="ADDR", help="address to listen on (default loopback)")
+    @flags_from(add_remote_flags)
+    @argument(
+        "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
+    )
+    @argument(
+        "--all", action="store_true", help="with restart: replace every engine, not only dead ones"
+    )
+    @argument(
+        "--launcher",
+        default="local",
+        choices=("local", "mpi", "ssh", "slurm"),
+        help="ipyparallel launcher",
+    )
+    @help_text(EXAMPLES)
     @line_magic
     def dist_cluster(self, line: str) -> None:
-        """Start, inspect, stop or restart the ranks. See ``%dist_cluster --help``."""
-        args = self.parser.parse_line(line)
+        """Start, inspect, stop or restart the ranks (with no action: status)."""
+        args = parse(self.dist_cluster, line)
+        if args is None:
+            return
         try:
             getattr(self, f"_{args.action}")(args)
         except (ClusterError, ClusterConfigError) as e:

@@ -7,33 +7,28 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
 from ..cluster.execute import RankError, run_on_ranks
 from ..cluster.scripts import run_script
 from ..cluster.transfer import pull, push
-from .args import MagicParser, check_ranks, int_list, positive_float
+from .args import HELP, check_ranks, exclusive, help_text, int_list, parse, positive_float
 from .output import LabelledPrinter, Table, show_folded_streams, show_results
 from .session import Session
 
+DIST_EXAMPLES = """
+  %%dist                     run the cell on every rank
+  %%dist --ranks 0           only on rank 0
+  %%dist --no-stream         output at the end, identical lines folded across ranks
+  %%dist --timeout 60        interrupt the ranks after 60 s
+"""
 
-def _dist_parser() -> MagicParser:
-    p = MagicParser("%%dist", description="Run the cell on every rank (or the listed ones).")
-    p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,2")
-    p.add_argument("--no-stream", action="store_true", help="show output at the end, folded")
-    p.add_argument(
-        "--timeout", type=positive_float, help="interrupt the ranks after this many seconds"
-    )
-    return p
-
-
-def _pull_parser() -> MagicParser:
-    p = MagicParser("%dist_pull", description="Bring a value back from one rank or all ranks.")
-    p.add_argument("expression", nargs="+", help="an expression evaluated on the rank(s)")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--rank", type=int, default=0, help="the rank to pull from (default 0)")
-    which.add_argument("--all", action="store_true", help="pull from every rank: {rank: value}")
-    return p
+PULL_EXAMPLES = """
+  w = %dist_pull model.state_dict()          rank 0's value
+  losses = %dist_pull loss.item() --all      {rank: value} of every rank
+  x = %dist_pull x --rank 1                  rank 1's value
+"""
 
 
 @magics_class
@@ -41,13 +36,25 @@ class ExecMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
         super().__init__(shell)
         self.session = session
-        self.dist_parser = _dist_parser()
-        self.pull_parser = _pull_parser()
 
+    @magic_arguments("%%dist")
+    @HELP
+    @argument("--ranks", type=int_list, metavar="LIST", help="only these ranks, e.g. 0,2")
+    @argument("--no-stream", action="store_true", help="show output at the end, folded")
+    @argument(
+        "--timeout",
+        type=positive_float,
+        metavar="S",
+        help="interrupt the ranks after this many seconds",
+    )
+    @help_text(DIST_EXAMPLES)
     @cell_magic
     def dist(self, line: str, cell: str) -> None:
-        """Run the cell on every rank, in each rank's persistent namespace."""
-        args = self.dist_parser.parse_line(line)
+        """Run the cell on every rank (or the listed ones), in each rank's persistent
+        namespace; output streams back labelled by rank."""
+        args = parse(self.dist, line)
+        if args is None:
+            return
         cluster = self.session.ready_cluster()
         ranks = check_ranks(args.ranks, cluster.n)
         sink = None if args.no_stream else LabelledPrinter()
@@ -78,11 +85,23 @@ class ExecMagics(Magics):
         cluster = self.session.ready_cluster()
         push(cluster, {n: ns[n] for n in names})
 
+    @magic_arguments("%dist_pull")
+    @HELP
+    @argument("expression", nargs="*", help="an expression evaluated on the rank(s)")
+    @exclusive(
+        argument("--rank", type=int, default=0, help="the rank to pull from (default 0)"),
+        argument("--all", action="store_true", help="pull from every rank: {rank: value}"),
+    )
+    @help_text(PULL_EXAMPLES)
     @no_var_expand
     @line_magic
     def dist_pull(self, line: str) -> Any:
         """Evaluate an expression on rank 0 (or --rank R, or --all) and return its value."""
-        args = self.pull_parser.parse_line(line, keep_quotes=True)
+        args = parse(self.dist_pull, line, keep_quotes=True)
+        if args is None:
+            return None
+        if not args.expression:
+            raise UsageError("%dist_pull: give an expression, e.g. x = %dist_pull model.weight")
         cluster = self.session.ready_cluster()
         expression = " ".join(args.expression)
         ranks = (

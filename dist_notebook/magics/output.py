@@ -83,7 +83,9 @@ class Table:
         self.title = title
 
     def __repr__(self) -> str:
-        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
+        widths = [
+            max([len(c), *(len(r[i]) for r in self.rows)]) for i, c in enumerate(self.columns)
+        ]
         line = "  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=True))
         body = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in self.rows]
         head = [self.title] if self.title else []

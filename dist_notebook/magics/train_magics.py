@@ -5,42 +5,36 @@ from __future__ import annotations
 import io
 import shlex
 import threading
-import time
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
-from IPython.display import display
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..training import RunSpec, RunState, TrainingRun, list_runs
+from ..export import ExportUnavailable
+from ..export import check as check_exports
+from ..training import RunSpec, RunState, TrainingRun
 from ..training.run import RunResult
-from .args import MagicParser, check_ranks, int_list, positive_float, positive_int
-from .output import LabelledPrinter, Table
+from .args import (
+    HELP,
+    MagicParser,
+    check_ranks,
+    help_text,
+    int_list,
+    parse,
+    parser_of,
+    positive_float,
+    positive_int,
+)
+from .output import LabelledPrinter
 from .session import Session
 
-
-def _train_parser() -> MagicParser:
-    p = MagicParser("%%dist_train", description="Run the cell as a DDP training run on every rank.")
-    p.add_argument("expression", nargs="*", help="line form: a call to run, e.g. train(epochs=3)")
-    p.add_argument("--name", help="a name for the run (default: run-HHMMSS-xxxx)")
-    p.add_argument("--steps", type=positive_int, help="total steps, for progress and ETA")
-    p.add_argument("--ranks", type=int_list, help="only these ranks, e.g. 0,1")
-    p.add_argument("--no-dashboard", action="store_true", help="no live widgets, text only")
-    p.add_argument(
-        "--background",
-        action="store_true",
-        help="return at once; the run goes on and the dashboard follows it",
-    )
-    p.add_argument("--timeout", type=positive_float, help="stop the run after this many seconds")
-    p.add_argument(
-        "--checkpoint-every",
-        type=positive_int,
-        metavar="N",
-        help="save a checkpoint every N steps (use checkpointer() in the cell)",
-    )
-    p.add_argument("--checkpoint-dir", metavar="DIR", help="where (default: checkpoints/NAME)")
-    p.add_argument("--resume", action="store_true", help="start from the latest checkpoint")
-    return p
+TRAIN_EXAMPLES = """
+  %%dist_train --name digits --steps 200       a run with a live dashboard
+  %%dist_train --background                    the cell returns at once; the run goes on
+  %%dist_train --name big --checkpoint-every 50 --resume
+  %dist_train train(epochs=3) --name e3        line form: a call to run on every rank
+"""
 
 
 def split_flags(parser: MagicParser, line: str) -> tuple[str, str]:
@@ -48,27 +42,42 @@ def split_flags(parser: MagicParser, line: str) -> tuple[str, str]:
 
     ``--name a train(tag="x y")`` gives ``("--name a ", 'train(tag="x y")')``: the
     expression keeps its quotes and spaces, which shell-style splitting would remove.
+    The flags end before the first word that is not a flag and that the words before it
+    leave unclaimed (they parse on their own); with no such word, all is flags.
     """
+    try:
+        spans = _word_spans(line)
+    except ValueError:  # unbalanced quotes: parse() reports them
+        return line, ""
+    words = [w for w, _ in spans]
+    for i, (word, start) in enumerate(spans):
+        if not word.startswith("-") and _parses(parser, words[:i]):
+            return line[:start], line[start:].strip()
+    return line, ""
+
+
+def _word_spans(line: str) -> list[tuple[str, int]]:
+    """Shell words of *line* with the offset where each starts."""
     stream = io.StringIO(line)
     lexer = shlex.shlex(stream, posix=True)
     lexer.whitespace_split = True
     lexer.commenters = ""
-    wants_value = False
+    spans: list[tuple[str, int]] = []
     while True:
-        start = stream.tell()
-        try:
-            token = lexer.get_token()
-        except ValueError:  # unbalanced quotes: parse_line reports them
-            return line, ""
+        rest = line[stream.tell() :]
+        start = stream.tell() + len(rest) - len(rest.lstrip())
+        token = lexer.get_token()
         if token is None:
-            return line, ""
-        if wants_value:
-            wants_value = False
-        elif token.startswith("-"):
-            action = parser._option_string_actions.get(token)
-            wants_value = action is not None and action.nargs != 0
-        else:
-            return line[:start], line[start:].strip()
+            return spans
+        spans.append((token, start))
+
+
+def _parses(parser: MagicParser, words: list[str]) -> bool:
+    try:
+        parser.parse_args(words)
+    except UsageError:
+        return False
+    return True
 
 
 @magics_class
@@ -76,20 +85,57 @@ class TrainMagics(Magics):
     def __init__(self, shell: Any, session: Session) -> None:
         super().__init__(shell)
         self.session = session
-        self.parser = _train_parser()
         self.last_run: TrainingRun | None = None
         self.last_dashboard: Any = None
         self.last_result: RunResult | None = None
 
+    @magic_arguments("%%dist_train")
+    @HELP
+    @argument("--name", help="a name for the run (default: run-HHMMSS-xxxx)")
+    @argument("--steps", type=positive_int, metavar="N", help="total steps, for progress and ETA")
+    @argument("--ranks", type=int_list, metavar="LIST", help="only these ranks, e.g. 0,1")
+    @argument("--no-dashboard", action="store_true", help="no live widgets, text only")
+    @argument(
+        "--background",
+        action="store_true",
+        help="return at once; the run goes on and the dashboard follows it",
+    )
+    @argument(
+        "--timeout", type=positive_float, metavar="S", help="stop the run after this many seconds"
+    )
+    @argument(
+        "--checkpoint-every",
+        type=positive_int,
+        metavar="N",
+        help="save a checkpoint every N steps (use checkpointer() in the cell)",
+    )
+    @argument("--checkpoint-dir", metavar="DIR", help="where (default: checkpoints/NAME)")
+    @argument("--resume", action="store_true", help="start from the latest checkpoint")
+    @argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="write every rank's metrics live as TensorBoard event files under DIR"
+        " (pip install 'dist-notebook[tensorboard]')",
+    )
+    @argument(
+        "--mlflow",
+        action="store_true",
+        help="log the run to MLflow: MLFLOW_TRACKING_URI, else ./mlruns"
+        " (pip install 'dist-notebook[mlflow]')",
+    )
+    @help_text(TRAIN_EXAMPLES)
     @no_var_expand
     @line_cell_magic
     def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
-        """Run a training cell (or, as a line magic, an expression) on every rank."""
-        flags, expression = split_flags(self.parser, line)
+        """Run the cell as a DDP training run on every rank (as a line magic: a call,
+        e.g. ``%dist_train train(epochs=3)``), with live metrics in the run store."""
+        flags, expression = split_flags(parser_of(self.dist_train), line)
         # {name} in the flags takes the notebook's value (--steps {total_steps}), as in
         # any magic; the expression is code for the ranks and is left as written.
         assert self.shell is not None
-        args = self.parser.parse_line(self.shell.var_expand(flags))
+        args = parse(self.dist_train, self.shell.var_expand(flags))
+        if args is None:
+            return None
         if cell is None:
             if not expression:
                 raise UsageError(
@@ -102,6 +148,10 @@ class TrainMagics(Magics):
             code = cell
         if not code.strip():
             raise UsageError("%%dist_train: the cell is empty; write the training loop in it")
+        try:
+            check_exports(tensorboard=args.tensorboard, mlflow=args.mlflow)
+        except ExportUnavailable as e:
+            raise UsageError(f"%%dist_train: {e}") from e
         cluster = self.session.ready_cluster()
         ranks = check_ranks(args.ranks, cluster.n)
         if (args.resume or args.checkpoint_every) and not (args.name or args.checkpoint_dir):
@@ -118,6 +168,8 @@ class TrainMagics(Magics):
             checkpoint_every=args.checkpoint_every,
             checkpoint_dir=args.checkpoint_dir,
             resume=args.resume,
+            tensorboard=args.tensorboard,
+            mlflow=args.mlflow,
         )
         run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
@@ -163,15 +215,3 @@ class TrainMagics(Magics):
         if result.state == RunState.FAILED and result.error is not None and raise_errors:
             raise result.error
         return result
-
-    @line_magic
-    def dist_runs(self, line: str) -> None:
-        """List the runs in the run store, newest first."""
-        if line.strip():
-            raise UsageError("%dist_runs takes no arguments")
-        rows = []
-        for r in list_runs():
-            took = f"{r['ended'] - r['started']:.1f} s" if r["ended"] else "-"
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
-            rows.append((r["name"], r["id"], r["state"], when, took))
-        display(Table(("name", "id", "state", "started", "took"), rows, "runs"))

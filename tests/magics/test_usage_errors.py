@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from dist_notebook.magics.cluster_magics import _parser, build_spec
+from dist_notebook.magics.cluster_magics import ClusterMagics, build_spec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,8 +43,8 @@ def test_unknown_action_lists_the_actions(no_cluster: Any) -> None:
 
 
 def test_unknown_flag(no_cluster: Any) -> None:
-    message = usage_error(no_cluster.run_line_magic, "dist_cluster", "start --nodes 2")
-    assert "unrecognized arguments: --nodes 2" in message
+    message = usage_error(no_cluster.run_line_magic, "dist_cluster", "start --nodez 2")
+    assert "unrecognized arguments: --nodez 2" in message
     assert "usage: %dist_cluster" in message
 
 
@@ -55,7 +55,7 @@ def test_gpus_and_cpu_together(no_cluster: Any) -> None:
 
 def flags(**given: Any) -> SimpleNamespace:
     """The flags of ``%dist_cluster start`` with their defaults, some of them changed."""
-    values = vars(_parser().parse_args(["start"]))
+    values = vars(ClusterMagics.dist_cluster.parser.parse_args(["start"]))
     values.update(given)
     return SimpleNamespace(**values)
 

@@ -8,11 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from dist_notebook.magics.args import (
-    MagicParser,
+    HELP,
     check_ranks,
+    help_text,
     int_list,
+    option_names,
+    parse,
     positive_float,
     positive_int,
 )
@@ -74,35 +78,48 @@ def test_check_ranks() -> None:
         check_ranks([-1], 2, flag="--rank")
 
 
-def parser() -> MagicParser:
-    p = MagicParser("%demo")
-    p.add_argument("--ranks", type=int_list, help="ranks")
-    p.add_argument("-n", type=positive_int, help="count")
-    return p
+@magic_arguments("%demo")
+@HELP
+@argument("--ranks", type=int_list, help="ranks")
+@argument("-n", type=positive_int, help="count")
+@help_text("  %demo -n 2    two of them")
+def demo(line: str) -> None:
+    """A demo magic."""
 
 
 def test_parser_raises_usage_error_with_usage_line() -> None:
     with pytest.raises(UsageError, match=r"(?s)unrecognized arguments: --nope.*usage: %demo"):
-        parser().parse_line("--nope")
+        parse(demo, "--nope")
 
 
 def test_parser_reports_bad_values_by_flag() -> None:
     with pytest.raises(UsageError, match=r"argument --ranks: 'x' is not a list of numbers"):
-        parser().parse_line("--ranks x")
+        parse(demo, "--ranks x")
     with pytest.raises(UsageError, match=r"argument -n: 0 must be 1 or more"):
-        parser().parse_line("-n 0")
+        parse(demo, "-n 0")
 
 
 def test_parser_bad_quotes() -> None:
     with pytest.raises(UsageError, match="check the quotes"):
-        parser().parse_line('--ranks "0')
+        parse(demo, '--ranks "0')
 
 
-def test_parser_help_is_a_usage_error_holding_the_help() -> None:
-    with pytest.raises(UsageError, match=r"(?s)usage: %demo.*--ranks"):
-        parser().parse_line("--help")
+def test_help_is_printed_not_raised(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse(demo, "--help") is None
+    out = capsys.readouterr().out
+    assert "usage: %demo" in out and "--ranks" in out and "%demo -n 2    two of them" in out
+
+
+def test_docstring_is_the_help() -> None:
+    assert demo.__doc__ is not None
+    assert "A demo magic." in demo.__doc__ and "-n N" in demo.__doc__
+    assert "examples:" in demo.__doc__
 
 
 def test_parser_reads_quoted_words() -> None:
-    args = parser().parse_line("--ranks '0,1' -n 2")
-    assert args.ranks == [0, 1] and args.n == 2
+    args = parse(demo, "--ranks '0,1' -n 2")
+    assert args is not None and args.ranks == [0, 1] and args.n == 2
+
+
+def test_option_names_come_from_the_help() -> None:
+    assert option_names(demo.parser) == ["--help", "--ranks", "-h", "-n"]
