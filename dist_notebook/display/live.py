@@ -16,6 +16,7 @@ of points and spikes stay visible. A view that appears later (a reloaded page) s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -79,11 +80,9 @@ def _envelope(chunk: Sequence[Record]) -> list[Record]:
                 high[name] = value
     first, last = chunk[0], chunk[-1]
     return [
-        Record(first.rank, first.step, first.time, first.step_time, first.comm_time,
-               first.samples, low),
-        Record(last.rank, last.step, last.time, last.step_time, last.comm_time,
-               last.samples, {**low, **high}),
-    ]  # fmt: skip
+        dataclasses.replace(first, metrics=low),
+        dataclasses.replace(last, metrics={**low, **high}),
+    ]
 
 
 def thin(records: Sequence[Record], stride: int) -> list[Record]:

@@ -4,11 +4,12 @@
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { CurveView } from './curve';
-import { h, setText, syncChildren } from './dom';
+import { ChartView } from './chart/view';
+import { h, setText } from './dom';
 import { RunModel } from './model';
 import { formatTime } from './panel';
-import { stragglers } from './series';
+import type { IRunSummary } from './protocol';
+import { requestAPI } from './request';
 
 export class RunView extends Widget {
   readonly model: RunModel;
@@ -16,13 +17,16 @@ export class RunView extends Widget {
   private readonly _summary = h('div', 'dn-runview-summary');
   private readonly _error = h('pre', 'dn-runview-error');
   private readonly _curves = h('div', 'dn-runview-curves');
-  private readonly _views = new Map<string, CurveView>();
+  /** The run chart, the same component as the notebook cell's live view. */
+  readonly chart = new ChartView();
+  private _fed = 0;
 
   constructor(model: RunModel) {
     super();
     this.model = model;
     this.addClass('dn-runview');
     this.node.dataset.runId = model.runId;
+    this._curves.append(this.chart.node);
     this.node.append(this._summary, this._error, this._curves);
     this.model.changed.connect(this.update, this);
   }
@@ -63,17 +67,12 @@ export class RunView extends Widget {
     }
     setText(this._error, run?.error ?? '');
     this._error.hidden = !run?.error;
-    const slow = stragglers(series.allStats(), this.stragglerThreshold);
-    syncChildren(
-      this._curves,
-      series.metrics,
-      m => m,
-      m => {
-        const view = new CurveView(m, 'dn-runview-curve');
-        this._views.set(m, view);
-        return view.node;
-      },
-      (_node, m) => this._views.get(m)!.update(series, slow)
+    this.chart.addRecords(series.records.slice(this._fed));
+    this._fed = series.records.length;
+    // The measures are the server's (GET runs/<id>/summary): drawn, never recomputed.
+    requestAPI<IRunSummary>(`runs/${encodeURIComponent(this.runId)}/summary`).then(
+      summary => this.chart.setSummary(summary),
+      () => undefined // no summary yet: the curves alone; the next poll tries again
     );
   }
 }

@@ -4,7 +4,49 @@
  *
  * No DOM and no JupyterLab imports here: this module is unit-tested under node.
  */
+import type { IRecord } from './protocol';
 import type { IMetricRecord } from './types';
+
+/** A record as the metrics route serves it (protocol.IRecord with its sequence number). */
+export type ISeqRecord = IRecord & { seq: number };
+
+const SYSTEM = ['step_time', 'comm_time', 'samples'] as const;
+
+/**
+ * A record in the protocol's shape (the user's metrics apart under `metrics`), from
+ * either that shape or the older flat one (every metric beside rank, step and time).
+ */
+export function normalize(record: IMetricRecord | ISeqRecord): ISeqRecord {
+  if (typeof record.metrics === 'object' && record.metrics !== null) {
+    return record as ISeqRecord;
+  }
+  const flat = record as IMetricRecord;
+  const metrics: { [name: string]: number } = {};
+  for (const [name, value] of Object.entries(flat)) {
+    if (typeof value === 'number' && !NOT_METRICS.has(name) && !SYSTEM_SET.has(name)) {
+      metrics[name] = value;
+    }
+  }
+  const field = (name: string): number | null => num(flat[name]);
+  return {
+    seq: flat.seq,
+    rank: flat.rank,
+    step: flat.step,
+    time: flat.time,
+    step_time: field('step_time'),
+    comm_time: field('comm_time'),
+    samples: field('samples'),
+    metrics,
+    gpu: null
+  };
+}
+
+function jsonNum(value: unknown): number | null {
+  if (value === 'nan' || value === 'inf' || value === '-inf') {
+    return null; // a gap: not a value for the panel's numbers
+  }
+  return num(value);
+}
 
 /** One point of a curve. */
 export interface IPoint {
@@ -42,26 +84,31 @@ function num(value: unknown): number | null {
 
 /** Fields of a record that are not metric values. */
 const NOT_METRICS = new Set(['seq', 'rank', 'step', 'time']);
+const SYSTEM_SET = new Set<string>(SYSTEM);
 
 class RankSeries {
   /** Every numeric metric the rank reported, by name; samples_per_s also derived. */
   readonly curves = new Map<string, IPoint[]>();
   readonly throughput: number[] = [];
-  last: IMetricRecord | null = null;
+  last: ISeqRecord | null = null;
   gpuMem: number | null = null;
   count = 0;
 
-  add(record: IMetricRecord): void {
+  add(record: ISeqRecord): void {
     const step = num(record.step) ?? this.count;
-    for (const [name, raw] of Object.entries(record)) {
-      const value = num(raw);
-      if (value !== null && !NOT_METRICS.has(name)) {
+    const values: [string, unknown][] = [
+      ...Object.entries(record.metrics),
+      ...SYSTEM.map((name): [string, unknown] => [name, record[name]])
+    ];
+    for (const [name, raw] of values) {
+      const value = jsonNum(raw);
+      if (value !== null) {
         this.push(name, step, value);
       }
     }
     const sps = this.samplesPerS(record);
     if (sps !== null) {
-      if (num(record.samples_per_s) === null) {
+      if (jsonNum(record.metrics.samples_per_s) === null) {
         this.push('samples_per_s', step, sps);
       }
       this.throughput.push(sps);
@@ -69,7 +116,8 @@ class RankSeries {
         this.throughput.shift();
       }
     }
-    this.gpuMem = num(record.gpu_mem) ?? this.gpuMem;
+    this.gpuMem =
+      jsonNum(record.gpu?.mem) ?? jsonNum(record.metrics.gpu_mem) ?? this.gpuMem;
     this.last = record;
     this.count += 1;
   }
@@ -83,13 +131,13 @@ class RankSeries {
     curve.push({ step, value });
   }
 
-  private samplesPerS(record: IMetricRecord): number | null {
-    const reported = num(record.samples_per_s);
+  private samplesPerS(record: ISeqRecord): number | null {
+    const reported = jsonNum(record.metrics.samples_per_s);
     if (reported !== null) {
       return reported;
     }
     // Only `samples` reported: divide by the time since this rank's previous record.
-    const samples = num(record.samples);
+    const samples = jsonNum(record.samples);
     if (samples === null || this.last === null) {
       return null;
     }
@@ -104,6 +152,7 @@ class RankSeries {
  */
 export class RunSeries {
   private readonly _ranks = new Map<number, RankSeries>();
+  private readonly _records: ISeqRecord[] = [];
   private _lastSeq = 0;
 
   constructor(readonly runId: string) {}
@@ -112,13 +161,20 @@ export class RunSeries {
     return this._lastSeq;
   }
 
+  /** Every record so far, in sequence order, in the protocol's shape (for the chart). */
+  get records(): readonly ISeqRecord[] {
+    return this._records;
+  }
+
   /** Add records; returns whether any was new. */
-  add(records: readonly IMetricRecord[], lastSeq?: number): boolean {
+  add(records: readonly (IMetricRecord | ISeqRecord)[], lastSeq?: number): boolean {
     let changed = false;
-    for (const record of records) {
-      if (record.seq <= this._lastSeq) {
+    for (const raw of records) {
+      if (raw.seq <= this._lastSeq) {
         continue; // already seen: a retried request
       }
+      const record = normalize(raw);
+      this._records.push(record);
       let series = this._ranks.get(record.rank);
       if (series === undefined) {
         series = new RankSeries();

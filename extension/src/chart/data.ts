@@ -29,8 +29,28 @@ export interface IRange {
 export const SYSTEM_SERIES: { [key: string]: string } = {
   'system:step_time': 'step time (s)',
   'system:comm_time': 'comm time (s)',
-  'system:samples': 'samples'
+  'system:samples': 'samples',
+  'system:gpu_util': 'GPU utilisation',
+  'system:gpu_mem': 'GPU memory (bytes)'
 };
+
+/** The value of a system series (a key of SYSTEM_SERIES) in *record*, or null. */
+export function systemValue(record: IRecord, key: string): number | null {
+  switch (key) {
+    case 'system:step_time':
+      return toNumber(record.step_time);
+    case 'system:comm_time':
+      return toNumber(record.comm_time);
+    case 'system:samples':
+      return toNumber(record.samples);
+    case 'system:gpu_util':
+      return toNumber(record.gpu?.util);
+    case 'system:gpu_mem':
+      return toNumber(record.gpu?.mem);
+    default:
+      return null;
+  }
+}
 
 /** The number a JSON float stands for: "nan"/"inf"/"-inf" included; null if none. */
 export function toNumber(value: JsonNumber | null | undefined): number | null {
@@ -120,9 +140,7 @@ export class ChartData {
         }
       }
       for (const key of Object.keys(SYSTEM_SERIES)) {
-        const field = key.slice('system:'.length) as
-          'step_time' | 'comm_time' | 'samples';
-        const value = toNumber(record[field]);
+        const value = systemValue(record, key);
         if (value !== null) {
           rank.push(key, { step, time: record.time, value });
         }
