@@ -92,6 +92,7 @@ class DistCluster:
         self._ipp: ipp.Cluster | None = None
         self._generation = 0
         self._store = store
+        self._store_error: str | None = None
         self._engine_set: str | None = None
         # Every engine set started (the first, then replacements of dead ranks), and the
         # exit records of engines already replaced.
@@ -587,13 +588,15 @@ class DistCluster:
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:
-        if self._store is None:
+        """The run store's writer, or None when the store cannot be written: then the
+        cluster and its runs go on unrecorded, and that is said once, not per write."""
+        if self._store is None and self._store_error is None:
             try:
                 self._store = StoreWriter()
                 self._store.close_orphans(lambda pid: psutil.pid_exists(pid) and pid != 0)
             except StoreError as e:
-                log.warning("%s; cluster state will not be recorded", e)
-                return None
+                self._store_error = str(e)
+                log.warning("%s; this cluster and its runs will not be recorded", e)
         return self._store
 
     def _record_cluster(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 from .schema import StoreError
@@ -11,12 +12,25 @@ from .writer import StoreWriter
 log = logging.getLogger("dist_notebook")
 
 
+# Warnings already given, by writer: a store that fails fails for every write of a
+# cell (3-4 of them), and one warning says it all.
+_warned: weakref.WeakKeyDictionary[StoreWriter, set[str]] = weakref.WeakKeyDictionary()
+
+
 def record(writer: StoreWriter | None, method: str, *args: Any, **kwargs: Any) -> None:
     """Call ``writer.method(*args, **kwargs)``; without a writer, or on a StoreError
-    (locked, full or corrupt store), say why in the log and go on."""
+    (locked, full or corrupt store), say why in the log (once) and go on."""
     if writer is None:
         return
     try:
         getattr(writer, method)(*args, **kwargs)
     except StoreError as e:
-        log.warning("%s", e)
+        warn_once(writer, str(e))
+
+
+def warn_once(key: Any, message: str) -> None:
+    """Log *message* as a warning unless it was already given for *key*."""
+    seen = _warned.setdefault(key, set())
+    if message not in seen:
+        seen.add(message)
+        log.warning("%s", message)

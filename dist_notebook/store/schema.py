@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 from pathlib import Path
 
 SCHEMA_VERSION = 2
@@ -85,23 +86,24 @@ class StoreError(RuntimeError):
 
 
 def connect(path: Path, *, create: bool) -> sqlite3.Connection:
-    """Open the store at *path*; create it (owner-only) when *create* is true."""
+    """Open the store at *path*; create it (owner-only) when *create* is true.
+
+    A store in a read-only directory (a shared or archived one) still opens for reading:
+    SQLite cannot create the write-ahead log's index there, so it is opened immutable.
+    """
     if not create and not path.exists():
         raise StoreError(
             f"no run store at {path}: start a cluster first, or set DIST_NOTEBOOK_STORE"
         )
     try:
         if create:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not path.exists():
-                fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-                os.close(fd)
-        conn = sqlite3.connect(path, timeout=5.0, check_same_thread=False, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 5000")
-        # Reads the file's header: a file that is not a database fails here, at open,
-        # with the message below, not later in the middle of a query.
-        conn.execute("PRAGMA schema_version").fetchone()
+            _create_file(path)
+        try:
+            conn = _open(str(path), uri=False)
+        except sqlite3.OperationalError:
+            if create or _writable(path.parent):
+                raise
+            conn = _open(f"{path.resolve().as_uri()}?immutable=1", uri=True)
         if create:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -112,11 +114,53 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
                 (str(SCHEMA_VERSION),),
             )
         return conn
+    except OSError as e:
+        raise StoreError(
+            f"cannot create the run store at {path} ({e.strerror or e}): set "
+            "DIST_NOTEBOOK_STORE to a file in a directory you can write"
+        ) from e
     except sqlite3.DatabaseError as e:
+        if "readonly" in str(e) or "read-only" in str(e) or not _writable(path.parent):
+            raise StoreError(
+                f"the run store at {path} is read-only ({e}): runs are not recorded; set "
+                "DIST_NOTEBOOK_STORE to a file in a directory you can write"
+            ) from e
         raise StoreError(
             f"the run store at {path} cannot be used ({e}); move it away or set "
             "DIST_NOTEBOOK_STORE to another file"
         ) from e
+
+
+def _create_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def _open(target: str, *, uri: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        target, timeout=5.0, check_same_thread=False, isolation_level=None, uri=uri
+    )
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 5000")
+    # Reads the file's header: a file that is not a database fails here, at open,
+    # with the message of connect(), not later in the middle of a query.
+    conn.execute("PRAGMA schema_version").fetchone()
+    return conn
+
+
+def _writable(directory: Path) -> bool:
+    """Whether files can be created in *directory* (root ignores modes, not a read-only
+    mount: os.access alone does not say)."""
+    if not os.access(directory, os.W_OK):
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".dist-notebook-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.remove(probe)
+    return True
 
 
 # Version 2 keeps the system's fields of a record (dist_notebook.protocol) in columns of

@@ -50,6 +50,18 @@ def _guarded_cluster(
     )
 
 
+def _remedy(e: sqlite3.Error) -> str:
+    """What to do about a failed write, from SQLite's own reason (never a guess)."""
+    text = str(e).lower()
+    if "locked" in text or "busy" in text:
+        return "another program holds it locked; it is written again once that ends"
+    if "full" in text:
+        return "the disk is full: free space, or set DIST_NOTEBOOK_STORE to another disk"
+    if "readonly" in text or "read-only" in text:
+        return "it is read-only: set DIST_NOTEBOOK_STORE to a file you can write"
+    return "the file is damaged: move it away, or set DIST_NOTEBOOK_STORE to another file"
+
+
 class StoreWriter:
     """A thread-safe writer: the collector thread and the kernel's thread share it."""
 
@@ -85,8 +97,7 @@ class StoreWriter:
                 self._conn.execute("COMMIT")
         except sqlite3.Error as e:
             raise StoreError(
-                f"cannot write the run store at {self.path} ({e}); another program may "
-                "hold it locked, or the disk is full"
+                f"cannot write the run store at {self.path} ({e}); {_remedy(e)}"
             ) from e
 
     def _set_busy(self, ms: int) -> None:
