@@ -158,7 +158,7 @@ def test_another_process_reads_while_the_kernel_writes(writer: StoreWriter) -> N
 
 
 def test_clusters_of_a_dead_kernel_are_closed_with_their_runs(writer: StoreWriter) -> None:
-    for cluster_id, pid in (("gone", 11), ("live", 22)):
+    for cluster_id, pid in (("gone", 11), ("live", os.getpid())):
         writer.add_cluster(
             cluster_id, n=2, backend="gloo", kernel_pid=pid, profile_dir="p", ipp_cluster_id="i"
         )
@@ -172,11 +172,11 @@ def test_clusters_of_a_dead_kernel_are_closed_with_their_runs(writer: StoreWrite
             code="",
         )
         writer.set_run_state(f"run-{cluster_id}", "running")
-    assert writer.close_orphans(lambda pid: pid == 22) == 1
+    assert writer.close_orphans(lambda pid: pid == os.getpid()) == 1
     reader = StoreReader(writer.path)
-    assert reader.cluster("gone")["state"] == "stopped"
-    assert reader.run("run-gone")["state"] == "failed"
-    assert "kernel exited" in reader.run("run-gone")["error"]
+    assert reader.cluster("gone")["state"] == "orphaned"
+    assert reader.run("run-gone")["state"] == "orphaned"
+    assert "kernel (pid 11) exited" in reader.run("run-gone")["error"]
     assert reader.cluster("live")["state"] == "ready"
     assert reader.run("run-live")["state"] == "running"
-    assert writer.close_orphans(lambda pid: pid == 22) == 0
+    assert writer.close_orphans(lambda pid: pid == os.getpid()) == 0
