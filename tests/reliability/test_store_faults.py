@@ -32,7 +32,34 @@ def test_corrupt_store_is_a_clear_error(tmp_path: Path, monkeypatch: Any, caplog
     monkeypatch.setenv("DIST_NOTEBOOK_STORE", str(path))
     with caplog.at_level(logging.WARNING, logger="dist_notebook"):
         assert DistCluster(ClusterSpec(n=1)).writer() is None
-    assert "cluster state will not be recorded" in caplog.text
+    assert "this cluster and its runs will not be recorded" in caplog.text
+
+
+def test_store_damaged_while_open_is_not_blamed_on_a_lock(tmp_path: Path, caplog: Any) -> None:
+    from dist_notebook.store.recorder import record
+
+    path = tmp_path / "runs.sqlite"
+    StoreWriter(path).close()
+    with sqlite3.connect(path) as conn:
+        page = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with open(path, "r+b") as f:  # another program damages the runs table's page
+        f.seek((page - 1) * size)
+        f.write(b"\xff" * size)
+    writer = StoreWriter(path)  # opens: the damage is where only a run's write looks
+    with pytest.raises(StoreError) as caught:
+        writer.add_run("r1", name="n", cluster_id="c1", ranks=[0], steps=None, code="")
+    message = str(caught.value)
+    assert "malformed" in message and "damaged: move it away" in message
+    assert "locked" not in message and "disk is full" not in message
+    # Each write of a cell fails the same way: the warning is given once, not per write.
+    with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+        for _ in range(4):
+            record(
+                writer, "add_run", "r1", name="n", cluster_id="c1", ranks=[0], steps=None, code=""
+            )
+    assert len([r for r in caplog.records if "damaged" in r.getMessage()]) == 1
 
 
 def test_locked_store_is_a_clear_error(tmp_path: Path) -> None:
@@ -68,7 +95,9 @@ def test_training_goes_on_with_a_locked_store(
         holder.execute("ROLLBACK")
         holder.close()
     assert result.error_in_exec is None, result.error_in_exec
-    assert result.result.state.value == "succeeded" and result.result.records == 10
+    last = shell.magics_manager.registry["TrainMagics"].last_result
+    assert last.name == "locked-store"
+    assert last.state.value == "succeeded" and last.records == 10
     assert "cannot write the run store" in caplog.text
     # The first write waits out the lock (5 s), later ones give up after 0.1 s (was 5 s
     # each: 45 s for this run).
