@@ -10,12 +10,15 @@ import { RunModel } from './model';
 import { formatTime } from './panel';
 import type { IRunSummary } from './protocol';
 import { requestAPI } from './request';
+import type { IExportModel } from './types';
 
 export class RunView extends Widget {
   readonly model: RunModel;
   stragglerThreshold = 0.2;
   private readonly _summary = h('div', 'dn-runview-summary');
   private readonly _error = h('pre', 'dn-runview-error');
+  private readonly _exports = h('div', 'dn-runview-exports');
+  private _exportsShown = '';
   private readonly _curves = h('div', 'dn-runview-curves');
   /** The run chart, the same component as the notebook cell's live view. */
   readonly chart = new ChartView();
@@ -27,7 +30,7 @@ export class RunView extends Widget {
     this.addClass('dn-runview');
     this.node.dataset.runId = model.runId;
     this._curves.append(this.chart.node);
-    this.node.append(this._summary, this._error, this._curves);
+    this.node.append(this._summary, this._exports, this._error, this._curves);
     this.model.changed.connect(this.update, this);
   }
 
@@ -65,6 +68,7 @@ export class RunView extends Widget {
       setText(this._summary, parts.filter(Boolean).join(' · '));
       this.node.dataset.state = run.state;
     }
+    this._showExports(run?.exports ?? []);
     setText(this._error, run?.error ?? '');
     this._error.hidden = !run?.error;
     this.chart.addRecords(series.records.slice(this._fed));
@@ -75,4 +79,41 @@ export class RunView extends Widget {
       () => undefined // no summary yet: the curves alone; the next poll tries again
     );
   }
+
+  /** A line per export: a link where the tool serves one, else its place and command. */
+  private _showExports(exports: IExportModel[]): void {
+    const key = JSON.stringify(exports);
+    if (key === this._exportsShown) {
+      return;
+    }
+    this._exportsShown = key;
+    this._exports.replaceChildren(
+      ...exports.map(e => {
+        const line = h('div', 'dn-runview-export');
+        line.dataset.tool = e.tool;
+        line.append(
+          h('span', 'dn-runview-export-tool', `${TOOL_NAMES[e.tool] ?? e.tool}: `)
+        );
+        if (e.url) {
+          const link = h('a', 'dn-runview-export-link', e.location);
+          link.href = e.url;
+          link.target = '_blank';
+          link.rel = 'noopener noreferrer';
+          line.append(link);
+        } else {
+          line.append(h('code', 'dn-runview-export-location', e.location));
+        }
+        if (e.command) {
+          line.append(' · ', h('code', 'dn-runview-export-command', e.command));
+        }
+        return line;
+      })
+    );
+    this._exports.hidden = exports.length === 0;
+  }
 }
+
+const TOOL_NAMES: { [tool: string]: string } = {
+  tensorboard: 'TensorBoard',
+  mlflow: 'MLflow'
+};

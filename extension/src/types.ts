@@ -55,6 +55,20 @@ export interface IRunRankModel {
 export interface IRunDetailModel extends IRunModel {
   code: string | null;
   ranks: IRunRankModel[];
+  /** Where the run was exported (%%dist_train --tensorboard / --mlflow, load_run(...).to_*()). */
+  exports?: IExportModel[];
+}
+
+/** One export of a run: a TensorBoard log directory or an MLflow run. */
+export interface IExportModel {
+  tool: 'tensorboard' | 'mlflow';
+  /** The run directory (TensorBoard) or the tracking URI (MLflow). */
+  location: string;
+  /** A web address to open, when the tool serves one (an MLflow tracking server). */
+  url: string | null;
+  /** The command that shows it, e.g. `tensorboard --logdir DIR`. */
+  command?: string;
+  run_id?: string;
 }
 
 /**
