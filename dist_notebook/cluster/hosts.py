@@ -162,7 +162,7 @@ def lost_ranks(ranks: list[Any], registered: set[int]) -> dict[int, str]:
     return {
         r.rank: f"its engine on host {r.host} stopped answering (host down or unreachable)"
         for r in ranks
-        if r.engine_id not in registered and r.state != "dead"
+        if r.engine_id not in registered
     }
 
 

@@ -12,7 +12,9 @@ across hosts (``cluster.placement``).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from typing import Any
 
 from ipyparallel import Cluster
@@ -24,6 +26,7 @@ from ipyparallel.cluster.launcher import (
     SlurmEngineSetLauncher,
     SSHEngineLauncher,
     SSHEngineSetLauncher,
+    sshx,
 )
 from traitlets import Bool, List, Unicode, default
 
@@ -31,6 +34,7 @@ from ..engine.parent import ENV_VAR as PARENT_ENV
 
 ENGINE_CMD = [sys.executable, "-m", "dist_notebook.engine.boot"]
 CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.cluster.controller_boot"]
+SSH_CONFIG_ENV = "DIST_NOTEBOOK_SSH_CONFIG"
 
 
 class RankEngineLauncher(LocalEngineLauncher):
@@ -131,13 +135,64 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
             self.user = user
         if port is not None and "-p" not in self.ssh_args:
             self.ssh_args += ["-p", str(port)]
-        self.pid = self.ssh_sender.cmd_start(
+        # One ssh round trip with a plain shell (ipyparallel's own sshx): no remote
+        # Python start-up, which costs seconds on a busy host.
+        self.pid = sshx(
+            self._ssh(),
             self.program + self.program_args,
-            env=self.get_env(),
-            output_file=self.remote_output_file,
+            self.get_env(),
+            self.remote_output_file,
         )
         self.notify_start({"host": self.location, "pid": self.pid})
         self._start_waiting()
+
+    def get_output(self, remove: bool = False) -> str:
+        if not self.shared_filesystem:
+            return super().get_output(remove=remove)
+        # The log is on the shared filesystem: read it here (ipyparallel would copy it
+        # back with three ssh round trips per engine).
+        output: str | None = getattr(self, "_output", None)
+        if output is None:
+            try:
+                with open(self.remote_output_file, errors="replace") as f:
+                    output = f.read()
+                if remove:
+                    os.remove(self.remote_output_file)
+            except FileNotFoundError:
+                output = ""
+            self._output = output
+        return output
+
+    def _ssh(self) -> list[str]:
+        return [*self.ssh_cmd, *self.ssh_args, self.location]
+
+    def signal(self, sig: int) -> None:
+        if self.state == "running":
+            # A plain `kill`: one ssh round trip, no remote Python.
+            subprocess.run(
+                [*self._ssh(), "--", f"kill -{int(sig)} {self.pid}"],
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+
+    def wait_one(self, timeout: float | None) -> int:
+        """Wait (on the host, in its shell) for the engine to exit: -1, or TimeoutError."""
+        rounds = "" if timeout is None else f"[ $i -ge {max(1, int(timeout * 5))} ] && exit 3; "
+        script = (
+            f"i=0; while kill -0 {self.pid} 2>/dev/null; do {rounds}i=$((i+1)); sleep 0.2; done"
+        )
+        done = subprocess.run(
+            [*self._ssh(), "--", script], capture_output=True, text=True, check=False
+        )
+        if done.returncode == 3:
+            raise TimeoutError("still running")
+        if done.returncode != 0:
+            # The host is unreachable (ssh's 255): its state is unknown, not ended. The
+            # controller's heartbeat decides whether its engines are gone.
+            time.sleep(1)
+            raise TimeoutError(f"ssh {self.location}: {done.stderr.strip() or 'failed'}")
+        return -1
 
     @default("remote_output_file")
     def _default_output(self) -> str:
@@ -146,8 +201,31 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
         return os.path.join(self.profile_dir, "log", name)
 
 
+def _ssh_config_args() -> list[str]:
+    # An ssh client config for the engines' ssh and scp (default: ~/.ssh/config).
+    path = os.environ.get(SSH_CONFIG_ENV)
+    return ["-F", path] if path else []
+
+
 class RankSSHEngineSetLauncher(SSHEngineSetLauncher):
     """Engines over ssh, ``engines = {host: count}`` in host order (node order)."""
+
+    @default("ssh_args")
+    def _ssh_args(self) -> list[str]:
+        return _ssh_config_args()
+
+    @default("scp_args")
+    def _scp_args(self) -> list[str]:
+        return _ssh_config_args()
+
+    def signal(self, sig: int) -> None:
+        # Every engine at once: one ssh round trip each, in parallel, not one by one.
+        from concurrent.futures import ThreadPoolExecutor
+
+        launchers = list(self.launchers.values())
+        if launchers:
+            with ThreadPoolExecutor(len(launchers)) as pool:
+                list(pool.map(lambda el: el.signal(sig), launchers))
 
     launcher_class = RankSSHEngineLauncher
     engine_cmd = List(list(ENGINE_CMD), config=True)

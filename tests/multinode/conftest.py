@@ -1,0 +1,80 @@
+"""Test hosts for the multi-node tests: network namespaces with real daemons.
+
+``ssh_hosts``: hosts h1 and h2, each with its own address, hostname and PID namespace,
+running Debian's sshd with a key made for this session; ``DIST_NOTEBOOK_SSH_CONFIG``
+points the engines' ssh at a client config naming them. Everything (daemons, engines,
+namespaces, the bridge) is torn down at the end, also when a test fails. Without root
+or the Debian packages the tests skip with the reason (``make testhosts`` installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from dist_notebook.cluster.launchers import SSH_CONFIG_ENV
+
+from .sshd import start_sshd
+from .testhosts import Host, TestHosts, why_not
+
+# A killed kernel's engines on other hosts are gone within this bound: the controller
+# exits with the kernel (0.25 s), engines then miss 10 heartbeats of 0.5 s (5 s) and
+# exit; the rest is start-up noise on a busy 2-core machine.
+ORPHAN_BOUND_S = 20.0
+
+
+def build_hosts(kind: str, tmp: Any, count: int = 2) -> TestHosts:
+    reason = why_not(kind)
+    if reason:
+        pytest.skip(reason)
+    return TestHosts(tmp, count).up()
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestHosts]:
+    hosts = build_hosts("ssh", tmp_path_factory.mktemp("hosts"))
+    old = os.environ.get(SSH_CONFIG_ENV)
+    try:
+        os.environ[SSH_CONFIG_ENV] = str(start_sshd(hosts))
+        yield hosts
+    finally:
+        hosts.down()
+        if old is None:
+            os.environ.pop(SSH_CONFIG_ENV, None)
+        else:
+            os.environ[SSH_CONFIG_ENV] = old
+
+
+def engines_on(host: Host) -> list[Any]:
+    """Engine processes (our boot module) running on *host*."""
+    out = []
+    for p in host.processes():
+        try:
+            if "dist_notebook.engine.boot" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue  # gone between listing and reading: not an engine now
+    return out
+
+
+def wait_for(what: str, ok: Callable[[], Any], timeout: float) -> float:
+    """Poll *ok* until true; return the seconds it took, or fail naming *what*."""
+    t0 = time.monotonic()
+    while not ok():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
+def nothing_left(hosts: TestHosts) -> Callable[[], bool]:
+    return lambda: not any(h.processes() for h in hosts.hosts)
+
+
+def left_on(hosts: TestHosts) -> dict[str, list[str]]:
+    return {h.name: [" ".join(p.cmdline())[:80] for p in h.processes()] for h in hosts.hosts}
