@@ -82,6 +82,8 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
     import torch.distributed as dist
 
     destroy_group()
+    if backend == "gloo":
+        bind_gloo_to(addr)
     listening_before = _listening_ports()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -113,9 +115,57 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
             f"process group check failed: all_reduce gave {probe.item()}, not {world}"
         )
     _publish_names(rank, world, device)
+    _warm_after_start()
     # The ports this group's transport listens on (gloo's pairs), for sever() later.
     ports = sorted(_listening_ports() - listening_before)
     return {"rank": rank, "backend": dist.get_backend(), "device": str(device), "ports": ports}
+
+
+_warmed = False
+
+
+def _warm_after_start() -> None:
+    """Import, off the start's critical path, what the first training cell would wait for.
+
+    DDP's constructor imports torch._dynamo (~800 modules: 1-2 s on a quiet 2-core host,
+    10 s under load), which made the first %%dist_train of a kernel 5 s slower than the
+    next ones; %dist_pull's cloudpickle likewise. A background thread does it once, after
+    the group exists, while the user reads the start's output.
+    """
+    global _warmed
+    if _warmed:
+        return
+    _warmed = True
+
+    def warm() -> None:
+        import cloudpickle  # noqa: F401
+        import torch._dynamo  # noqa: F401
+        import torch.nn.parallel  # noqa: F401
+
+    import threading
+
+    threading.Thread(target=warm, name="dist-notebook-warm", daemon=True).start()
+
+
+def bind_gloo_to(addr: str) -> str | None:
+    """Make gloo listen on the interface that holds *addr* (the cluster's address).
+
+    Left alone, gloo listens on the address this host's name resolves to: on most cloud
+    machines the LAN, where anyone could connect to the ranks' unauthenticated
+    transport. A GLOO_SOCKET_IFNAME the user set is kept; an address that is not on
+    this host (a rank of another node joining rank 0) leaves gloo's own choice.
+    Returns the interface chosen, or None.
+    """
+    import psutil
+
+    if os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("DIST_NOTEBOOK_GLOO_IFNAME"):
+        return None  # the user's own choice
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == addr for a in addresses):
+            # Read by gloo (C++ getenv) when the group's device is created.
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["DIST_NOTEBOOK_GLOO_IFNAME"] = name
+            return name
+    return None
 
 
 def _listening_ports() -> set[int]:
