@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 -include mk/extension.mk
+-include mk/testhosts.mk
 
 lab: venv ext-build
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
@@ -32,7 +33,7 @@ chromium:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 		else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
 
-test: venv ext-build chromium
+test: venv ext-build chromium testhosts
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: venv
