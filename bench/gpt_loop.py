@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB, CTX, WIDTH, LAYERS, HEADS = 50257, 1024, 768, 12, 12
-BATCH, WARMUP, STEPS = 8, 10, 40
+BATCH, WARMUP, STEPS = 8, 10, 80
 H200_BF16_PEAK = 989e12  # dense bf16 FLOP/s
 
 

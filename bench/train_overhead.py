@@ -170,9 +170,11 @@ class Notebook:
 
     def train(self, code: str, steps: int, dashboard: bool = True) -> dict[str, Any]:
         flags = f"--steps {steps}" + ("" if dashboard else " --no-dashboard")
-        result = self.quietly(self.ip.run_cell_magic, "dist_train", flags, code)
-        if result.state.value != "succeeded":
-            raise RuntimeError(f"the %%dist_train run {result.state.value}: {result.error}")
+        self.quietly(self.ip.run_cell_magic, "dist_train", flags, code)
+        # The cell shows the run's end and returns nothing; the magics keep the result.
+        result = self.ip.magics_manager.registry["TrainMagics"].last_result
+        if result is None or result.state.value != "succeeded":
+            raise RuntimeError(f"the %%dist_train run did not succeed: {result}")
         return self.pull_result()
 
     def dist(self, code: str) -> dict[str, Any]:

@@ -1,89 +1,119 @@
-"""Time spent in DDP's gradient communication, measured on each rank.
+"""Time spent in DDP's gradient communication, read from DDP's own runtime statistics.
 
-While a ``%%dist_train`` run is active, every ``DistributedDataParallel`` model built on
-the rank gets a communication hook that wraps the default all-reduce (or the user's own
-hook, if they register one) and records when each bucket's all-reduce starts and ends.
-At each ``report()`` the rank sends ``comm_time``: the wall time since the previous
-report during which at least one gradient all-reduce was in flight (overlapping buckets
-are counted once). ``comm_time / step_time`` is the dashboard's comm share; with perfect
-overlap of communication and backward compute it can be high while costing little, so
-read it together with samples/s.
+DDP's reducer already times every iteration in C++ (CPU clocks, or CUDA events on a GPU)
+and, on sampled iterations, stores the span from the first bucket's all-reduce to the
+end of the reduction (``backward_comm_time``) in its logging data. While a
+``%%dist_train`` run is active, every ``DistributedDataParallel`` built on the rank is
+registered here and sampled every ``SAMPLE_RATE`` iterations (DDP's default is 100); the
+gradient all-reduce itself stays DDP's built-in C++ one, whatever hook the user sets.
+
+Why not a Python communication hook around the all-reduce: it runs on every bucket of
+every step (a Python call and a future callback on gloo's thread, holding the GIL) and
+replaces DDP's C++ all-reduce by the Python default hook, for the whole life of the
+model: a hook cannot be removed, so "one step in N" timing would still pay on every step.
+
+At each ``report()`` the rank sends ``comm_time``: the latest sampled per-iteration
+communication time (an average over the last samples, at most the step's own time) times
+the DDP iterations per report (1 when the loop reports every step). Reading DDP's logging
+data costs ~80 us, so it is read at most every ``REFRESH_SECONDS``; between reads a
+report costs a few arithmetic operations. The first report of a run has no comm_time
+(DDP fills its statistics at the next forward).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any
 
+SAMPLE_RATE = 10  # DDP iterations between timed samples (DDP's own default: 100)
+REFRESH_SECONDS = 0.5  # how often the step hook reads DDP's logging data
+_SMOOTHING = 0.5  # weight of a new sample in the running per-iteration average
+
 _lock = threading.Lock()
-_intervals: list[tuple[float, float]] = []
+_models: weakref.WeakSet[Any] = weakref.WeakSet()
 _original_init: Any = None
 
 
-def _record(start: float, end: float) -> None:
-    with _lock:
-        _intervals.append((start, end))
+class _Estimate:
+    """Per-iteration communication time and iterations per report, from DDP's samples."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.per_iteration: float | None = None  # seconds
+        self.per_report = 1.0  # DDP iterations per report() call
+        self.next_read = 0.0
+        self.reports = 0  # report() calls since the last read that saw iterations move
+        self.seen: dict[int, int] = {}  # id(model) -> last sampled iteration
+
+    def read(self, now: float) -> None:
+        """Fold in the samples DDP took since the last read."""
+        self.next_read = now + REFRESH_SECONDS
+        total, fresh, moved = 0.0, False, 0
+        for model in list(_models):
+            data = _logging_data(model)
+            iteration = int(data.get("iteration", 0))
+            comm_ns = data.get("backward_comm_time")
+            if not comm_ns or iteration <= 0:
+                continue
+            total += comm_ns / 1e9
+            last = self.seen.get(id(model))
+            if last != iteration:
+                fresh = True
+                if last is not None:
+                    moved = max(moved, iteration - last)
+                self.seen[id(model)] = iteration
+        if fresh:
+            old = self.per_iteration
+            self.per_iteration = total if old is None else old + _SMOOTHING * (total - old)
+        if moved >= 2 * SAMPLE_RATE and self.reports:
+            # Enough iterations for a fair count; a loop reporting every step gives ~1.
+            self.per_report = max(1.0, moved / self.reports)
+        if moved:
+            self.reports = 0
 
 
-def _timed(hook: Any) -> Any:
-    # No annotations here: DDP checks that annotated hooks name dist.GradBucket.
-    def timed_hook(state, bucket):  # type: ignore[no-untyped-def]
-        start = time.time()
-        future = hook(state, bucket)
+_estimate = _Estimate()
 
-        def done(fut: Any) -> Any:
-            _record(start, time.time())
-            return fut.value()
 
-        return future.then(done)
-
-    return timed_hook
+def _logging_data(model: Any) -> dict[str, Any]:
+    try:
+        return dict(model._get_ddp_logging_data())
+    except (AssertionError, RuntimeError):  # a model whose reducer is gone
+        return {}
 
 
 def comm_metrics(now: float) -> dict[str, float]:
-    """The report() step hook: union length of the intervals recorded since last call."""
+    """The report() step hook: this report's share of DDP's communication time."""
+    estimate = _estimate
     with _lock:
-        spans = sorted(_intervals)
-        _intervals.clear()
-    if not spans:
+        estimate.reports += 1
+        # Until the first sample is in (the second step), look at every report.
+        if now >= estimate.next_read or estimate.per_iteration is None:
+            estimate.read(now)
+        per_iteration = estimate.per_iteration
+        per_report = estimate.per_report
+    if per_iteration is None:
         return {}
-    total, cur_start, cur_end = 0.0, spans[0][0], spans[0][1]
-    for start, end in spans[1:]:
-        if start > cur_end:
-            total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    total += cur_end - cur_start
-    return {"comm_time": total}
+    # report() keeps it within the step's own time.
+    return {"comm_time": per_iteration * per_report}
 
 
-def _instrument(ddp: Any) -> None:
-    """Wrap the model's communication hook with timing, now or when the user sets one."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    register = ddp.register_comm_hook
-    chosen: dict[str, bool] = {"done": False}
-
-    def register_comm_hook(state: Any, hook: Any) -> None:
-        chosen["done"] = True
-        register(state, _timed(hook))
-
-    def first_forward(*args: Any, **kwargs: Any) -> Any:
-        # The user had until the first forward to register a hook; else use the default.
-        del ddp.forward
-        if not chosen["done"] and getattr(ddp, "_comm_hooks", None) in (None, []):
-            chosen["done"] = True
-            register(None, _timed(allreduce_hook))
-        return ddp.forward(*args, **kwargs)
-
-    ddp.register_comm_hook = register_comm_hook
-    ddp.forward = first_forward
+def _watch(ddp: Any) -> None:
+    """Sample this model's runtime statistics often enough for a live comm share."""
+    try:
+        ddp._set_ddp_runtime_logging_sample_rate(SAMPLE_RATE)
+    except (AttributeError, RuntimeError):
+        return  # a DDP without a C++ reducer (python reducer): nothing to read
+    with _lock:
+        _models.add(ddp)
 
 
 def install() -> None:
-    """Instrument DDP models created from now on (until ``uninstall``)."""
+    """Watch DDP models created from now on (until ``uninstall``)."""
     global _original_init
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -95,9 +125,12 @@ def install() -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         _original_init(self, *args, **kwargs)
-        _instrument(self)
+        _watch(self)
 
     DDP.__init__ = __init__  # type: ignore[method-assign]
+    with _lock:
+        _estimate.reset()
+        _estimate.next_read = time.time()
     add_step_hook(comm_metrics)
 
 
@@ -112,4 +145,5 @@ def uninstall() -> None:
         _original_init = None
     remove_step_hook(comm_metrics)
     with _lock:
-        _intervals.clear()
+        _models.clear()
+        _estimate.reset()

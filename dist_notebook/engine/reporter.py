@@ -142,6 +142,8 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
         extra = hook(now)
         comm_time = extra.get("comm_time", comm_time)
         gpu = extra.get("gpu", gpu)
+    if comm_time is not None and step_time is not None and comm_time > step_time:
+        comm_time = step_time  # a sampled estimate (commtime.py) never exceeds the step
     values = {name: protocol.to_float(value) for name, value in metrics.items()}
     count = None if samples is None else protocol.to_float(samples)
     channel.send([step, now, step_time, comm_time, count, values, gpu])

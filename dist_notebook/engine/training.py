@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import checkpoint, commtime, reporter
+from . import checkpoint, commtime, gpu, reporter
 
 
 def begin_run(
@@ -12,10 +12,12 @@ def begin_run(
 ) -> None:
     reporter.open_channel(endpoint, key, run_id)
     commtime.install()
+    gpu.start_sampler()  # GPU ranks only: utilisation, memory, power in the records
     checkpoint.configure(**(checkpoints or {"every": None, "directory": None, "resume": False}))
 
 
 def end_run() -> int:
     """Close the run on this rank; return how many records it sent."""
     commtime.uninstall()
+    gpu.stop_sampler()
     return reporter.close_channel()

@@ -76,8 +76,9 @@ def test_every_step_of_every_rank_is_stored_in_order(fifty: dict[str, Any]) -> N
         assert all(isinstance(r.metrics["loss"], float) and r.samples == 32 for r in recs)
         assert recs[0].step_time is None
         assert all(r.step_time is not None and r.step_time > 0 for r in recs[1:])
-        # DDP's all-reduce was timed on every step, and never longer than the step.
-        assert all(r.comm_time is not None and r.comm_time > 0 for r in recs)
+        # DDP's own timing of its all-reduce (sampled; first filled at the second step's
+        # forward) gives every later step a comm time, never longer than the step.
+        assert all(r.comm_time is not None and r.comm_time > 0 for r in recs[1:])
         assert all(r.comm_time <= r.step_time for r in recs[1:])  # type: ignore[operator]
 
 
