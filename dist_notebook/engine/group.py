@@ -82,6 +82,8 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
     import torch.distributed as dist
 
     destroy_group()
+    if backend == "gloo":
+        bind_gloo_to(addr)
     listening_before = _listening_ports()
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -143,6 +145,27 @@ def _warm_after_start() -> None:
     import threading
 
     threading.Thread(target=warm, name="dist-notebook-warm", daemon=True).start()
+
+
+def bind_gloo_to(addr: str) -> str | None:
+    """Make gloo listen on the interface that holds *addr* (the cluster's address).
+
+    Left alone, gloo listens on the address this host's name resolves to: on most cloud
+    machines the LAN, where anyone could connect to the ranks' unauthenticated
+    transport. A GLOO_SOCKET_IFNAME the user set is kept; an address that is not on
+    this host (a rank of another node joining rank 0) leaves gloo's own choice.
+    Returns the interface chosen, or None.
+    """
+    import psutil
+
+    if os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("DIST_NOTEBOOK_GLOO_IFNAME"):
+        return None  # the user's own choice
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == addr for a in addresses):
+            # Read by gloo (C++ getenv) when the group's device is created.
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["DIST_NOTEBOOK_GLOO_IFNAME"] = name
+            return name
+    return None
 
 
 def _listening_ports() -> set[int]:
