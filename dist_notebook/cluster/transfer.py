@@ -1,4 +1,12 @@
-"""Move values between the kernel and the ranks: push names out, pull expressions back."""
+"""Move values between the kernel and the ranks: push names out, pull expressions back.
+
+When every rank runs on the kernel's host (the local launcher), tensors and arrays travel
+through one shared-memory file (``engine/shm.py``): the kernel writes them once and each
+rank maps them copy-on-write, so a push costs one copy of the data whatever the number of
+ranks, and a pull one copy per rank; only a small pickle goes through ipyparallel.
+Otherwise (ranks on other hosts) a push goes to rank 0 through ipyparallel and on to
+the others over the process group.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ from typing import Any
 import cloudpickle
 import numpy
 
-from ..engine import values
+from ..engine import shm, values
 from .execute import apply_on_ranks
 
 
@@ -18,6 +26,14 @@ def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) 
     To every rank, the value goes once to rank 0 through ipyparallel and from there
     over the process group; to some ranks, it goes to each of them directly.
     """
+    if _same_host(cluster):
+        dumped = shm.dump(mapping)
+        if dumped.path is not None:
+            try:
+                apply_on_ranks(cluster, shm.bind, dumped, ranks=ranks)
+            finally:
+                shm.remove(dumped.path)  # every rank has mapped it (or failed)
+            return
     blob = cloudpickle.dumps(mapping)
     everyone = ranks is None or sorted(ranks) == list(range(cluster.n))
     if not everyone or cluster.n == 1:
@@ -38,12 +54,27 @@ def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
     The ranks send the value cloudpickled (classes of ``%%dist`` cells by value); it is
     rebuilt here, where a failure is an error with a remedy, not a hang.
     """
+    if _same_host(cluster):
+        outputs = apply_on_ranks(cluster, shm.evaluate, expression, ranks=ranks)
+        try:
+            return {o.rank: _load(o.value, expression, o.rank) for o in outputs}
+        finally:
+            for o in outputs:  # mapped (or failed): nothing stays in /dev/shm
+                shm.remove(o.value.path)
     outputs = apply_on_ranks(cluster, values.evaluate, expression, ranks=ranks)
     return {o.rank: _load(o.value, expression, o.rank) for o in outputs}
 
 
-def _load(blob: bytes, expression: str, rank: int) -> Any:
+def _same_host(cluster: Any) -> bool:
+    """Whether every rank runs on this host (the local launcher)."""
+    spec = getattr(cluster, "spec", None)
+    return getattr(spec, "launcher", "local") == "local"
+
+
+def _load(blob: bytes | shm.Dumped, expression: str, rank: int) -> Any:
     try:
+        if isinstance(blob, shm.Dumped):
+            return shm.load(blob)
         return cloudpickle.loads(blob)
     except Exception as e:
         raise PullError(

@@ -106,3 +106,64 @@ def test_pull_of_a_value_the_kernel_cannot_rebuild_says_so(shell: Any, cluster2:
     )
     with pytest.raises(PullError, match="cannot be rebuilt in the notebook.*import or define"):
         _in_thread(lambda: shell.run_line_magic("dist_pull", "thing"), 20)
+
+
+# --- large values through shared memory (engine/shm.py) ----------------------------------
+@pytest.fixture
+def shm_dir(shell: Any, cluster2: Any) -> Any:
+    """A private folder on tmpfs for this test's shared-memory files, in the kernel and on
+    the ranks, so the test sees exactly the files it made (others may push meanwhile)."""
+    import shutil
+    import tempfile
+
+    from dist_notebook.engine import shm
+
+    folder = tempfile.mkdtemp(prefix="dist-notebook-test-", dir="/dev/shm")
+    old = shm.SHM_DIR
+    shm.SHM_DIR = folder
+    shell.run_cell_magic(
+        "dist", "", f"import dist_notebook.engine.shm as _s\n_s.SHM_DIR = {folder!r}"
+    )
+    yield folder
+    shell.run_cell_magic("dist", "", f"_s.SHM_DIR = {old!r}")
+    shm.SHM_DIR = old
+    shutil.rmtree(folder)
+
+
+def test_a_state_dict_pushes_and_pulls_through_shared_memory(
+    shell: Any, cluster2: Any, shm_dir: str
+) -> None:
+    import os
+
+    import numpy
+    import torch
+
+    big = {
+        "w": torch.arange(2 * 2**18, dtype=torch.float32).reshape(512, 1024),  # 2 MiB
+        "b": torch.nn.Parameter(torch.ones(1024, 300, dtype=torch.bfloat16)),
+        "table": numpy.linspace(0, 1, 2**18),
+        "step": 7,
+    }
+    shell.user_ns["big"] = big
+    shell.run_line_magic("dist_push", "big")
+    assert os.listdir(shm_dir) == [], "the pushed file is unlinked once the ranks mapped it"
+    # Each rank owns its copy: a write on rank 1 changes neither rank 0 nor the kernel.
+    shell.run_cell_magic("dist", "--ranks 1", "big['w'] += 1")
+    got = shell.run_line_magic(
+        "dist_pull",
+        "(float(big['w'].sum()), type(big['b']).__name__, big['b'].dtype, "
+        "float(big['table'][-1]), big['step']) --all",
+    )
+    total = float(big["w"].sum())
+    assert got == {
+        0: (total, "Parameter", torch.bfloat16, 1.0, 7),
+        1: (total + big["w"].numel(), "Parameter", torch.bfloat16, 1.0, 7),
+    }
+    assert float(big["w"].sum()) == total
+    pulled = shell.run_line_magic("dist_pull", "big --all")
+    assert os.listdir(shm_dir) == [], "pulled files are unlinked once the kernel mapped them"
+    assert torch.equal(pulled[0]["w"], big["w"]) and torch.equal(pulled[1]["w"], big["w"] + 1)
+    assert numpy.array_equal(pulled[0]["table"], big["table"]) and pulled[1]["step"] == 7
+    pulled[0]["w"].zero_()  # the kernel's copy is its own too
+    assert shell.run_line_magic("dist_pull", "float(big['w'].sum())") == total
+    shell.run_cell_magic("dist", "", "del big")
