@@ -39,7 +39,13 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
     ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
     ("dispatch", "dispatch.py", ["--iterations", "100", "--warmup", "10"], 20, 90),
     ("throughput", "throughput.py", ["--reps", "4"], 330, 600),
-    ("train_overhead", "train_overhead.py", ["--reps", "3", "--steps", "400", "--modes", "abcde"], 150, 300),
+    (
+        "train_overhead",
+        "train_overhead.py",
+        ["--reps", "3", "--steps", "400", "--modes", "abcde"],
+        150,
+        300,
+    ),
     ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
     ("metrics_latency", "metrics_latency.py", [], 30, 90),
     ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
@@ -341,7 +347,7 @@ def section_state(d: dict[str, Any]) -> str:
     r = d["results"]
     rows = [
         [
-            "`%dist_push sd` (to rank 0, then broadcast)",
+            "`%dist_push sd` (one shared-memory copy, mapped by every rank)",
             fmt(r["push"]["median"]),
             ", ".join(f"{v:.1f}" for v in r["push"]["values"]),
             fmt(r["push"]["gib_per_s_to_all"]),
@@ -357,6 +363,17 @@ def section_state(d: dict[str, Any]) -> str:
             "1.0x",
         ],
     ]
+    if r.get("pull", {}).get("n"):
+        rows.append(
+            [
+                "`%dist_pull sd --all` (every rank's copy back)",
+                fmt(r["pull"]["median"]),
+                ", ".join(f"{v:.1f}" for v in r["pull"]["values"]),
+                fmt(r["pull"]["gib_per_s_to_all"]),
+                fmt(r["pull"]["peak_ram_gib"], 1),
+                fmt(r["pull"]["median"] / r["broadcast"]["median"], 1, "x"),
+            ]
+        )
     text = md_table(
         [
             "way",

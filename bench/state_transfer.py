@@ -7,13 +7,17 @@
              cloudpickled and sent to every rank through ipyparallel
   broadcast  ``%%dist``: rank 0 already holds the state dict; the others allocate empty
              tensors of the same shapes and ``dist.broadcast`` each from rank 0 (gloo)
+  pull       ``%dist_pull sd --all``: every rank's state dict back into the kernel (after
+             a push; timed apart, not part of the push/broadcast ratio)
 
-Both timed in the kernel around the magic, interleaved; the ranks' copies are dropped
-between rounds. Peak memory of the machine (used RAM, sampled every 50 ms) is recorded
-for each side. Before starting, the size is checked against the available memory (a push
-to 4 ranks peaks at up to about 8x the size: the dict and its pickle in the kernel, the
-copy sent to rank 0, each rank's received bytes and unpickled copy); if 1 GiB does not
-fit with a margin, the largest power of two that does is used and the JSON says so.
+Timed in the kernel around the magic, interleaved; the ranks' copies are dropped
+between rounds. Peak memory of the machine (used RAM plus shared memory, sampled every
+50 ms: /dev/shm pages count as "shared", not "used", and a push on one host goes through
+them) is recorded for each side. Before starting, the size is checked against the
+available memory (the old path peaked at about 8x the size: the dict and its pickle in
+the kernel, the copy sent to rank 0, each rank's received bytes and unpickled copy); if
+1 GiB does not fit with a margin, the largest power of two that does is used and the
+JSON says so.
 Writes ``bench/results/state_transfer.json``.
 """
 
@@ -51,7 +55,7 @@ class PeakRam:
         import psutil
 
         self.psutil = psutil
-        self.base = psutil.virtual_memory().used
+        self.base = self._now()
         self.peak = self.base
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -59,7 +63,11 @@ class PeakRam:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            self.peak = max(self.peak, self.psutil.virtual_memory().used)
+            self.peak = max(self.peak, self._now())
+
+    def _now(self) -> int:
+        memory = self.psutil.virtual_memory()
+        return int(memory.used + memory.shared)
 
     def stop(self) -> float:
         self._stop.set()
@@ -80,6 +88,32 @@ def choose_size(asked_mib: int) -> tuple[int, str | None]:
             f"{avail:.1f} GiB available; used {size} MiB"
         )
     return size, None
+
+
+def pull_back(
+    ip: Any,
+    times: dict[str, list[float]],
+    peaks: dict[str, list[float]],
+    count: int,
+    rows: int,
+    rep: int,
+) -> None:
+    """%dist_pull sd --all: every rank's copy back into the kernel, checked, dropped."""
+    gc.collect()
+    peak = PeakRam()
+    t0 = time.perf_counter()
+    back = common.quietly(ip.run_line_magic, "dist_pull", "sd --all")
+    dt = time.perf_counter() - t0
+    peaks["pull"].append(peak.stop())
+    last = f"w{count - 1}"
+    if any(float(sd[last][rows - 1, 4095]) != float(count - 1) for sd in back.values()):
+        raise RuntimeError("pull: wrong values back in the kernel")
+    del back
+    gc.collect()
+    times["pull"].append(dt)
+    print(
+        f"rep {rep + 1} pull --all: {dt:.2f} s, peak +{peaks['pull'][-1]:.1f} GiB RAM", flush=True
+    )
 
 
 def main() -> None:
@@ -104,8 +138,8 @@ def main() -> None:
     ip = common.shell()
     ip.run_line_magic("load_ext", "dist_notebook")
     common.quietly(ip.run_line_magic, "dist_cluster", f"start -n {RANKS} --cpu")
-    times: dict[str, list[float]] = {"push": [], "broadcast": []}
-    peaks: dict[str, list[float]] = {"push": [], "broadcast": []}
+    times: dict[str, list[float]] = {"push": [], "broadcast": [], "pull": []}
+    peaks: dict[str, list[float]] = {"push": [], "broadcast": [], "pull": []}
     try:
         sd = {f"w{i}": torch.full((rows, 4096), float(i)) for i in range(count)}
         ip.user_ns["sd"] = sd
@@ -142,6 +176,8 @@ def main() -> None:
                     f"rep {rep + 1} {side}: {dt:.2f} s, peak +{peaks[side][-1]:.1f} GiB RAM",
                     flush=True,
                 )
+                if side == "push":
+                    pull_back(ip, times, peaks, count, rows, rep)
         common.quietly(ip.run_cell_magic, "dist", "", "sd = None\nimport gc; gc.collect()")
     finally:
         common.quietly(ip.run_line_magic, "dist_cluster", "stop")
