@@ -245,6 +245,7 @@ class DistCluster:
         self.state = ClusterState.READY
         self.start_seconds = time.perf_counter() - t0
         self._store_state("ready")
+        self._owner_only_files()  # the engine-set file is written once engines run
         if self._watch is None or not self._watch.is_alive():
             self._watch = threading.Thread(
                 target=self._watch_health, name=f"dist-notebook-health-{self.id}", daemon=True
@@ -427,6 +428,15 @@ class DistCluster:
             engine_args=["--IPEngine.max_heartbeat_misses=10"],
         )
         self._engine_sets.append(self._engine_set)
+        self._owner_only_files()
+
+    def _owner_only_files(self) -> None:
+        """ipyparallel creates the logs with the default umask (world-readable); they
+        hold the ranks' output, which may hold the user's data: owner only."""
+        assert self._ipp is not None
+        for path in reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(path, 0o600)
 
     async def _wait_for_engines(self, old: set[int], count: int) -> None:
         assert self.client is not None
@@ -452,7 +462,7 @@ class DistCluster:
         """Fail fast, with the engine's own output, when an engine exits while starting."""
         assert self._ipp is not None
         engine_set = self._ipp.engines.get(self._engine_set or "")
-        exited = getattr(engine_set, "stop_data", {}).get("engines", {})
+        exited = (getattr(engine_set, "stop_data", None) or {}).get("engines", {})
         for identifier, data in exited.items():
             output = getattr(engine_set, "outputs", {}).get(identifier) or ""
             tail = "\n".join(output.splitlines()[-20:]) or "(no output)"

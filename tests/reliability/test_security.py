@@ -106,3 +106,12 @@ def test_metrics_channel_drops_unsigned_and_wrongly_signed() -> None:
     finally:
         push.close()
         collector.close()
+
+
+def test_cluster_files_are_owner_only(cluster2: Any) -> None:
+    from dist_notebook.cluster.reap import cluster_files
+
+    files = cluster_files(cluster2.profile_dir, cluster2._ipp.cluster_id)
+    assert any("ipengine" in os.path.basename(f) for f in files), files
+    modes = {f: stat.S_IMODE(os.stat(f).st_mode) for f in files}
+    assert all(mode & 0o077 == 0 for mode in modes.values()), modes
