@@ -424,19 +424,28 @@ def section_gpu() -> str:
     if not GPU_LOG.exists():
         return "(no `gpu_h200.log`)"
     text = GPU_LOG.read_text()
-    head = text.splitlines()[:2]
-    table = [line for line in text.splitlines() if line.startswith("|")]
-    start = re.search(r"^start: .*$", text, re.M)
-    params = re.search(r"^params: .*$", text, re.M)
+    lines = text.splitlines()
+    head = lines[:2]
+    # Each run of consecutive "|" lines is one table; keep them apart.
+    tables, current = [], []
+    for line in lines + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append("\n".join(current))
+            current = []
+    facts = [
+        line.strip()
+        for line in lines
+        if line.startswith(("ranks:", "NVML sampler cost", "start:", "params:"))
+        or re.match(r"^\d+ passed", line)
+    ]
     out = f"`bench/gpu.sh` on {head[0].strip()} ({head[1].strip()}): GPT-small, bf16, "
     out += "batch 8 x 1024, one NCCL rank, "
-    out += (
-        "`%%dist_train` with report() every step vs the same loop under torchrun.\n\n"
-        + "\n".join(table)
-    )
-    extras = [m.group(0) for m in (start, params) if m]
-    if extras:
-        out += "\n\n" + "; ".join(extras) + "."
+    out += "`%%dist_train` with report() every step vs the same loop under torchrun.\n\n"
+    out += "\n\n".join(tables)
+    if facts:
+        out += "\n\n" + "; ".join(facts) + "."
     return out
 
 
@@ -472,11 +481,14 @@ falls on all of them; numbers are medians, ratios are median over median. Regene
 wide min-max spreads: read a difference between medians as real only where the spreads do
 not overlap.""",
     "state_transfer": """
-A push pickles the whole dict in the kernel and sends it once to rank 0 (one zero-copy
-buffer through ipyparallel), which broadcasts it over the process group to the others;
-each rank then unpickles its copy. The size is chosen when the part starts: 1 GiB when
-8 GiB plus a 2.5 GiB margin are available, else the largest power of two that fits (the
-JSON and the line above say which).""",
+On one host a push pickles the dict in the kernel with its tensors and arrays written once
+into a shared-memory file (/dev/shm); every rank maps that file copy-on-write and rebuilds
+the dict around views of it, so the data is copied once whatever the number of ranks and
+a rank's pages become its own only when it writes them. A pull --all goes the same way
+back (each rank writes a file, the kernel maps it). Ranks on other hosts get the old path
+(to rank 0 through ipyparallel, then a broadcast over the process group). The size is
+chosen when the part starts: 1 GiB when 8 GiB plus a 2.5 GiB margin are available, else
+the largest power of two that fits (the JSON and the line above say which).""",
 }
 
 
