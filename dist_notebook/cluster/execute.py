@@ -14,6 +14,7 @@ from typing import Any
 
 from ipyparallel.error import RemoteError
 
+from .cluster import ClusterError
 from .recovery import Release, regroup
 
 # sink(rank, kind, payload): kind is "stdout", "stderr" (payload: text) or "display"
@@ -47,10 +48,17 @@ class RankError(Exception):
         self.rank = first.rank
         self.ename = first.error.ename
         self.evalue = first.error.evalue
+        self.hint = ""
         if self.ename == "RankDied":
             super().__init__(self.evalue)
         else:
             super().__init__(f"rank {first.rank} raised {self.ename}: {self.evalue}")
+
+    def add_hint(self, hint: str) -> None:
+        """Append what the user can do to the message (and the rendered traceback)."""
+        if hint:
+            self.hint = hint.lstrip("; ")
+            self.args = (f"{self.args[0]}{hint}",)
 
     def _render_traceback_(self) -> list[str]:
         first = self.failures[0]
@@ -60,6 +68,8 @@ class RankError(Exception):
         if others:
             names = ", ".join(str(r) for r in others)
             lines.append(f"(also failed on rank{'s' if len(others) > 1 else ''} {names})")
+        if self.hint:
+            lines.append(self.hint)
         return lines
 
 
@@ -171,6 +181,9 @@ def follow(
                 idle()  # e.g. the widget messages a blocked kernel would not read
                 next_idle = time.monotonic() + _IDLE_EVERY
             _forward(ar, streams)
+            failure = getattr(cluster, "failure", None)
+            if failure is not None:  # the controller died: no reply will ever come
+                raise ClusterError(failure)
             release.check()
             dead = release.dead()
             if dead:
@@ -186,7 +199,10 @@ def follow(
                 _interrupt(cluster, ar, ranks, release, streams)
                 if release.released:  # the group was torn down to free a blocked rank
                     regroup(cluster)
-                raise TimeoutError(f"the cell ran longer than {timeout} s; interrupted every rank")
+                raise TimeoutError(
+                    f"the cell ran longer than {timeout} s; interrupted every rank"
+                    + absent_ranks_hint(cluster, ranks)
+                )
     except KeyboardInterrupt:
         _interrupt(cluster, ar, ranks, release, streams)
         if release.released:
@@ -200,10 +216,33 @@ def follow(
         raise _died(cluster, ar, streams, dead)
     try:
         return _collect(ar, streams)
-    except RankError:
+    except RankError as e:
+        if _timed_out(e):
+            e.add_hint(absent_ranks_hint(cluster, ranks))
         if cluster.client is not None:
             regroup(cluster)
         raise
+
+
+def absent_ranks_hint(cluster: Any, ranks: list[int] | None) -> str:
+    """For a cell on some ranks only: which ranks a collective in it waited for."""
+    if ranks is None:
+        return ""
+    absent = [r for r in range(cluster.n) if r not in ranks]
+    if not absent:
+        return ""
+    names = ",".join(str(r) for r in absent)
+    return (
+        f"; rank{'s' if len(absent) > 1 else ''} {names} {'were' if len(absent) > 1 else 'was'} "
+        f"not in this cell (--ranks {','.join(str(r) for r in ranks)}): a collective (all_reduce, "
+        "barrier, broadcast, DDP) waits for every rank of its group until the timeout; run "
+        "it on every rank"
+    )
+
+
+def _timed_out(error: RankError) -> bool:
+    text = " ".join(f"{f.error.ename} {f.error.evalue}" for f in error.failures if f.error)
+    return any(sign in text.lower() for sign in ("timed out", "timeout", "deadline"))
 
 
 def _interrupt(

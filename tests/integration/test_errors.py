@@ -83,3 +83,19 @@ def test_timeout_interrupts_every_rank(shell: Any, cluster2: Any) -> None:
         shell.run_cell_magic("dist", "--timeout 1", "import time\ntime.sleep(60)")
     assert time.monotonic() - t0 < 15
     still_works(cluster2)
+
+
+def test_collective_on_some_ranks_names_the_absent_ones(shell: Any, cluster2: Any) -> None:
+    # A group with a short timeout, made on every rank, so the wait is 3 s, not 30.
+    shell.run_cell_magic(
+        "dist", "", "import datetime\nshort = dist.new_group(timeout=datetime.timedelta(seconds=3))"
+    )
+    result = shell.run_cell("%%dist --ranks 0\nt = torch.ones(1)\ndist.all_reduce(t, group=short)")
+    error = result.error_in_exec
+    assert isinstance(error, RankError), error
+    message = str(error)
+    assert "rank 1 was not in this cell (--ranks 0)" in message, message
+    assert "waits for every rank" in message and "run it on every rank" in message
+    assert error.hint in error._render_traceback_()
+    # The group is whole again for the next cell.
+    shell.run_cell_magic("dist", "", "t = torch.ones(1)\ndist.all_reduce(t)\nassert t.item() == 2")
