@@ -24,8 +24,17 @@ $(STAMP): pyproject.toml
 -include mk/extension.mk
 -include mk/testhosts.mk
 
+# JupyterLab opens a copy of the notebooks in workspace/ (gitignored): running them saves
+# outputs there, never into the checkout. Files already in workspace/ are kept (your work);
+# delete one to get a fresh copy of it. The solutions stay out of the copy.
+WORKSPACE := workspace
+
 lab: venv ext-build
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=notebooks \
+	@cd notebooks && find . -type f ! -path './solutions/*' ! -path '*/.ipynb_checkpoints/*' \
+		! -path './checkpoints/*' | while read -r f; do [ -e "../$(WORKSPACE)/$$f" ] || \
+		{ mkdir -p "../$(WORKSPACE)/$$(dirname "$$f")" && cp -p "$$f" "../$(WORKSPACE)/$$f"; }; done
+	@echo "notebooks/ copied to $(WORKSPACE)/ (missing files only): run and edit them there"
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=$(WORKSPACE) \
 		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
 
 chromium:
