@@ -33,7 +33,7 @@ from ..engine import group
 from ..protocol import ClusterState
 from ..store import StoreError, StoreWriter
 from ..store.recorder import record
-from . import reap, registry
+from . import limits, reap, registry
 from .hosts import lost_ranks, remote_engine_env
 from .launchers import (
     OurControllerLauncher,
@@ -221,6 +221,8 @@ class DistCluster:
     async def start(self) -> DistCluster:
         if self.state not in (ClusterState.NEW, ClusterState.STOPPED, ClusterState.FAILED):
             raise ClusterError(f"the cluster is already {self.state.value}: stop it first")
+        limits.check_address(self.spec.ip)
+        limits.check_capacity(self.spec)
         t0 = time.perf_counter()
         self.state = ClusterState.STARTING
         registry.add(self)

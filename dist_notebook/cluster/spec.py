@@ -34,6 +34,8 @@ class ClusterSpec:
     heartbeat_ms: int = 500
     start_timeout: float = 120.0
     auto_restart: bool = False
+    # Start more local ranks than memory seems to allow (see cluster/limits.py).
+    force: bool = False
     extra_engine_env: dict[str, str] = field(default_factory=dict)
     # Beyond one machine (see cluster/hosts.py): --hosts for ssh/mpi, the rest for Slurm;
     # launcher_config sets traits of ipyparallel's engine launcher (e.g. ssh_args).

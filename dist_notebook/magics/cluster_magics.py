@@ -79,6 +79,7 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
             ip=local_ip(args),
             launcher=args.launcher,
             auto_restart=args.auto_restart,
+            force=args.force,
         )
     except ClusterConfigError as e:
         raise UsageError(str(e)) from None
@@ -126,6 +127,11 @@ class ClusterMagics(Magics):
     @flags_from(add_remote_flags)
     @argument(
         "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
+    )
+    @argument(
+        "--force",
+        action="store_true",
+        help="start more ranks than this machine's memory seems to hold",
     )
     @argument(
         "--all", action="store_true", help="with restart: replace every engine, not only dead ones"

@@ -382,3 +382,25 @@ def test_huge_output_comes_back(shell: Any, cluster2: Any, capsys: Any) -> None:
     assert reduce_sum(cluster2) == ["3\n", "3\n"]
     assert time.monotonic() - t0 < 5
     assert took < 60, f"10 MB per rank took {took:.1f} s"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ("-n 10000", r"-n 10000 is more ranks than this machine can hold.*--force"),
+        ("--ip 10.9.9.9", r"--ip 10.9.9.9 is not an address of this machine .*127.0.0.1"),
+        ("--ip not-an-address", r"--ip 'not-an-address' is not an IP address"),
+    ],
+    ids=["too-many-ranks", "foreign-ip", "bad-ip"],
+)
+def test_start_refuses_what_cannot_work_before_starting_anything(
+    no_cluster: Any, flags: str, message: str
+) -> None:
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(UsageError, match=message) as info:
+        no_cluster.run_line_magic("dist_cluster", f"start --cpu {flags}")
+    assert len(str(info.value).splitlines()) == 1  # one line, not the controller's log
+    started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert started == set(), f"processes started anyway: {started}"

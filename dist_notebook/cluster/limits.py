@@ -1,0 +1,81 @@
+"""What this machine can hold, checked before anything starts.
+
+Without a limit, ``-n 10000`` started processes until threads ran out (217 processes,
+5.6 GB in 60 s in a capped cgroup). A local rank is an engine and its nanny with torch
+loaded: measured 300 MB resident (engine 258 MB, nanny 42 MB) on CPU, so the count of local
+ranks is held to what the available memory takes. ``force`` overrides the check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+import psutil
+
+from .spec import ClusterConfigError, ClusterSpec
+
+RANK_MEMORY = 300 * 2**20  # engine 258 MB + nanny 42 MB resident, torch imported (measured)
+ALL_INTERFACES = ("0.0.0.0", "::", "*")
+
+
+def check_capacity(spec: ClusterSpec) -> None:
+    """Refuse more local ranks than memory and the process limit allow (unless forced)."""
+    if spec.force or spec.launcher != "local":
+        return
+    available = psutil.virtual_memory().available
+    fits = max(1, available // RANK_MEMORY)
+    pids = _pids_left()
+    if pids is not None:
+        fits = min(fits, max(1, pids // 3))  # engine, nanny and their threads' margin
+    if spec.n > fits:
+        raise ClusterConfigError(
+            f"-n {spec.n} is more ranks than this machine can hold: each rank takes about "
+            f"{RANK_MEMORY // 2**20} MB and {available / 2**30:.1f} GiB is available, room for "
+            f"{fits}; use -n {fits} or fewer, or --force to start them anyway"
+        )
+
+
+def _pids_left() -> int | None:
+    """Processes this cgroup may still start (pids.max - pids.current), if capped."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = f.read().strip().split("::", 1)[-1]
+        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(base, "pids.max")) as f:
+            limit = f.read().strip()
+        with open(os.path.join(base, "pids.current")) as f:
+            current = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else int(limit) - current
+
+
+def check_address(ip: str) -> None:
+    """The controller, the store and the metrics channel listen on *ip*: it must be an
+    address of this machine (or every interface, by the user's explicit choice)."""
+    if ip in ALL_INTERFACES:
+        return
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise ClusterConfigError(
+            f"--ip {ip!r} is not an IP address: give an address of this machine, e.g. "
+            f"{_local_addresses()[0]} (the default, loopback)"
+        ) from None
+    local = _local_addresses()
+    if ip not in local:
+        raise ClusterConfigError(
+            f"--ip {ip} is not an address of this machine ({socket.gethostname()} has "
+            f"{', '.join(local)}): the controller listens there; give one of those"
+        )
+
+
+def _local_addresses() -> list[str]:
+    found = []
+    for addresses in psutil.net_if_addrs().values():
+        for a in addresses:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                found.append(a.address.split("%")[0])
+    return sorted(set(found), key=lambda a: (":" in a, not a.startswith("127."), a))
