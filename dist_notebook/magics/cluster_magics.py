@@ -9,7 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster
+from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
 from .args import (
     HELP,
@@ -162,9 +162,11 @@ class ClusterMagics(Magics):
                 "or %dist_cluster stop first"
             )
         spec = build_spec(args, visible_gpus() if not args.cpu else [])
-        cluster = DistCluster(spec, progress=Progress())
+        # A spare of the same spec (cluster/pool.py) when one was kept warm, else cold.
+        cluster = pool.take(spec, Progress()) or DistCluster(spec, progress=Progress())
         self.session.cluster = cluster
-        cluster.start_sync()
+        if cluster.state != ClusterState.READY:
+            cluster.start_sync()
         display(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:
@@ -181,6 +183,7 @@ class ClusterMagics(Magics):
             return
         cluster.stop_sync()
         print(f"cluster {cluster.id} stopped")
+        pool.stopped(cluster.spec)  # a spare for the next start, if this spec is kept warm
 
     def _stacks(self, args: Any) -> None:
         """The hang report: every rank's Python stack now (nothing is interrupted)."""
