@@ -46,6 +46,7 @@ class ExportWorker:
         self.failed: str | None = None
         self.written = 0
         self.dropped = 0
+        self.cpu_s = 0.0  # CPU time of the writer thread so far (what the export costs)
         self._on_location = on_location
         self._batches: deque[list[Record]] = deque()
         self._queued = 0
@@ -104,7 +105,9 @@ class ExportWorker:
                     self._guard(self.target.finish, *closing)
                 if self.failed is not None:
                     self.target.abort()
+                self.cpu_s = time.thread_time()
                 return
+            self.cpu_s = time.thread_time()
 
     def _start(self) -> None:
         self.location = self.target.start()

@@ -13,8 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,10 +124,52 @@ async def test_the_panel_api_says_where_a_run_went(tb_run: Any, jp_fetch: Any) -
     }
 
 
+@pytest.fixture
+def tensorboard_server(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A real ``tensorboard --logdir`` (as a user opens one) on an empty directory: the
+    directory and the server's address. Port 0: the server picks a free one."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log_path = tmp_path / "tensorboard.log"
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
+    cmd += ["--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"]
+    with log_path.open("w") as log:  # a file, not a pipe: nothing can block the server
+        server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        found = wait_for(
+            lambda: (
+                re.search(r"at (http://127\.0\.0\.1:\d+)/", log_path.read_text())
+                or server.poll() is not None
+            ),
+            120,
+            "TensorBoard to serve",
+            every=0.2,
+        )
+        assert server.poll() is None, log_path.read_text()
+        yield logdir, found.group(1)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def served_points(address: str, run: str) -> list[int]:
+    """How many loss points of each rank the TensorBoard server shows now."""
+    counts = []
+    for rank in RANKS:
+        query = urllib.parse.urlencode({"run": f"{run}/rank{rank}", "tag": "loss"})
+        try:
+            with urllib.request.urlopen(f"{address}/data/plugin/scalars/scalars?{query}") as r:
+                counts.append(len(json.loads(r.read())))
+        except urllib.error.HTTPError:  # 400 until the server has loaded that run
+            counts.append(0)
+    return counts
+
+
 def test_tensorboard_sees_every_ranks_curve_grow_during_the_run(
-    shell: Any, trainer: Any, tmp_path: Path
+    shell: Any, trainer: Any, tensorboard_server: tuple[Path, str]
 ) -> None:
-    steps = 120
+    tmp_path, address = tensorboard_server
+    steps = 160
     with capture_output():
         shell.run_line_magic(
             "dist_train",
@@ -132,26 +179,37 @@ def test_tensorboard_sees_every_ranks_curve_grow_during_the_run(
     run = trainer.last_run
     run_dir = tmp_path / f"tbgrow-{run.id[:8]}"
 
-    def seen() -> list[int]:
+    def on_disk() -> list[int]:
+        if not (run_dir / "rank1").is_dir():
+            return [0, 0]
         counts = []
         for rank in RANKS:
             acc = accumulator(run_dir / f"rank{rank}")
             counts.append(len(acc.Scalars("loss")) if "loss" in acc.Tags()["scalars"] else 0)
         return counts
 
-    def midway() -> list[int] | None:
-        counts = seen() if (run_dir / "rank1").is_dir() else [0, 0]
-        return counts if run.state.value == "running" and min(counts) > 0 else None
-
-    first = wait_for(midway, 60, "both ranks' first points in TensorBoard during the run")
-    assert max(first) < steps
-    wait_for(
-        lambda: (c := midway()) is not None and min(c) > max(first),
-        60,
-        "more points of both ranks while the run goes on",
-    )
+    # Watch while the run goes on: the files (as TensorBoard's reader sees them) and a
+    # real TensorBoard server (as the user sees it), each point count per rank.
+    files: list[list[int]] = []
+    served: list[list[int]] = []
+    deadline = time.monotonic() + 120
+    while run.state.value in ("pending", "running") and time.monotonic() < deadline:
+        files.append(on_disk())
+        served.append(served_points(address, run_dir.name))
+        time.sleep(0.2)
     assert result_of(trainer, run, timeout=120).state.value == "succeeded"
-    assert seen() == [steps, steps]
+    partial = [c for c in files if 0 < min(c) and max(c) < steps]
+    assert len({tuple(c) for c in partial}) >= 2, f"the files did not grow during the run: {files}"
+    assert any(0 < min(c) and max(c) < steps for c in served), (
+        f"TensorBoard showed no partial curves during the run: {served}"
+    )
+    assert on_disk() == [steps, steps]
+    wait_for(
+        lambda: served_points(address, run_dir.name) == [steps, steps],
+        60,
+        "TensorBoard serving every step of both ranks",
+        every=0.5,
+    )
 
 
 @pytest.fixture
