@@ -6,6 +6,8 @@
 - ``cluster2``: one 2-rank CPU cluster, started once through ``%dist_cluster start`` and
   shared by every test that does not need fresh engines. Tests that check start, stop,
   restart or process exit start clusters of their own.
+- A process the tests started that outlives the session fails the suite (sampled by
+  process tree from pytest's own pid; see ``Descendants``).
 - ``@pytest.mark.requires_gpus(n)``: skipped unless this host has n CUDA GPUs, counted
   with ``nvidia-smi`` (never by initialising CUDA in the test process).
 """
@@ -37,6 +39,99 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         have = gpu_count()
         if have < wanted:
             pytest.skip(f"needs {wanted} CUDA GPU(s), this host has {have}")
+
+
+class Descendants:
+    """Every process started under this pytest process during the session, sampled by
+    process tree (psutil children of our own pid) every second and after each test.
+
+    A process that outlives the session fails it: killed kernels' engines, controllers
+    and the controller's scheduler processes are re-parented to init once orphaned, so
+    the tree at the end would no longer show them; the samples do.
+    """
+
+    PERIOD = 1.0
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self.me = psutil.Process()
+        self.preexisting = {p.pid for p in self.me.children(recursive=True)}
+        self.seen: dict[tuple[int, float], Any] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="descendants", daemon=True)
+        self.thread.start()
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            children = self.me.children(recursive=True)
+        except psutil.Error:
+            return
+        with self.lock:
+            for child in children:
+                if child.pid in self.preexisting:
+                    continue
+                try:
+                    self.seen.setdefault((child.pid, child.create_time()), child)
+                except psutil.NoSuchProcess:
+                    continue
+
+    def _loop(self) -> None:
+        while not self.done.wait(self.PERIOD):
+            self.sample()
+
+    def survivors(self, grace: float) -> list[Any]:
+        """Processes seen during the session still running after *grace* seconds."""
+        import psutil
+
+        self.done.set()
+        self.sample()
+        with self.lock:
+            procs = list(self.seen.values())
+        alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        _, alive = psutil.wait_procs(alive, timeout=grace)
+        return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+_descendants: Descendants | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _descendants
+    _descendants = Descendants()
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if _descendants is not None:
+        _descendants.sample()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the suite if any process it started outlives it (then end those processes)."""
+    import psutil
+
+    if _descendants is None:
+        return
+    left = _descendants.survivors(grace=5.0)
+    if not left:
+        return
+    lines = []
+    for proc in left:
+        try:
+            lines.append(f"  pid {proc.pid}: {' '.join(proc.cmdline())[:160]}")
+            proc.kill()
+        except psutil.Error:
+            continue
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = f"{len(left)} process(es) started by the tests outlived the session:\n"
+    if reporter is not None:
+        reporter.write_line(message + "\n".join(lines), red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session", autouse=True)
