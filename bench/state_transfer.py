@@ -102,7 +102,7 @@ def pull_back(
     gc.collect()
     peak = PeakRam()
     t0 = time.perf_counter()
-    back = common.quietly(ip.run_line_magic, "dist_pull", "sd --all")
+    back = common.quietly(ip.run_line_magic, "dist_pull", "sd --all")[0]
     dt = time.perf_counter() - t0
     peaks["pull"].append(peak.stop())
     last = f"w{count - 1}"

@@ -11,6 +11,7 @@ from IPython.display import display
 
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
+from ..cluster.transfer import warm_up
 from .args import (
     HELP,
     exclusive,
@@ -167,6 +168,7 @@ class ClusterMagics(Magics):
         self.session.cluster = cluster
         if cluster.state != ClusterState.READY:
             cluster.start_sync()
+        warm_up()  # torch into the kernel meanwhile: the first %dist_pull of tensors needs it
         display(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:
