@@ -42,7 +42,8 @@ chromium:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 		else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
 
-test: venv ext-build chromium testhosts
+# The front end's own unit tests (node --test, a few seconds) run before pytest.
+test: venv ext-build ext-test chromium testhosts
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-fast: venv
