@@ -223,3 +223,16 @@ def remote_spec(args: Any) -> Any:
         time_limit=args.time or "",
         account=args.account or "",
     )
+
+
+def network_of(ip: str) -> str | None:
+    """``10.0.0.0/24`` for the local interface holding *ip* (None: not a local address)."""
+    import socket
+
+    import psutil
+
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and a.address == ip and a.netmask:
+                return str(ipaddress.ip_interface(f"{ip}/{a.netmask}").network)
+    return None

@@ -288,11 +288,7 @@ def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
     if spec.launcher == "ssh":
         cls, traits = RankSSHEngineSetLauncher, {"engines": dict(spec.hosts)}
     elif spec.launcher == "mpi":
-        hosts = ",".join(f"{h}:{n}" for h, n in spec.hosts)
-        args = ["--host", hosts, "--map-by", "slot"]
-        if os.geteuid() == 0:
-            args.append("--allow-run-as-root")  # Open MPI refuses root without it
-        cls, traits = RankMPIEngineSetLauncher, {"mpi_args": args}
+        cls, traits = RankMPIEngineSetLauncher, {"mpi_args": mpi_args(spec)}
     elif spec.launcher == "slurm":
         nodes = spec.nodes or 1
         gpu = f"#SBATCH --gpus-per-node={spec.gpus_per_node}" if spec.gpus_per_node else ""
@@ -310,3 +306,24 @@ def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
         raise ValueError(f"no remote launcher {spec.launcher!r}")
     traits.update(spec.launcher_config)
     return cls, {cls.__name__: traits}
+
+
+def mpi_args(spec: Any) -> list[str]:
+    """mpiexec's options: the hosts, and what keeps one rank's death from ending the rest."""
+    from .hosts import network_of
+
+    hosts = ",".join(f"{h}:{n}" for h, n in spec.hosts)
+    args = ["--host", hosts, "--map-by", "slot"]
+    # A killed engine must not take every other rank down with it: the cluster reports
+    # the loss and `restart` brings the ranks back.
+    args += ["--enable-recovery", "--mca", "orte_abort_on_non_zero_status", "0"]
+    network = network_of(spec.ip)
+    if network:
+        # mpiexec and its daemons talk over the cluster's network only.
+        args += ["--mca", "oob_tcp_if_include", network]
+    ssh = _ssh_config_args()
+    if ssh:
+        args += ["--mca", "plm_rsh_agent", " ".join(["ssh", *ssh])]
+    if os.geteuid() == 0:
+        args.append("--allow-run-as-root")  # Open MPI refuses root without it
+    return args

@@ -109,8 +109,9 @@ class Host:
             try:
                 if p.pid in keep or p.status() == psutil.STATUS_ZOMBIE:
                     continue
-                # a daemon's own session children (sshd's per-connection process)
-                if p.ppid() in keep and p.name() in ("sshd", "slurmstepd"):
+                # A daemon's helpers: sshd's per-connection process, slurmctld's script
+                # runner. (slurmd's slurmstepd runs a job: that one counts.)
+                if p.ppid() in keep and p.name() in ("sshd", "slurmctld", "slurmscriptd"):
                     continue
             except psutil.NoSuchProcess:
                 continue
@@ -142,10 +143,13 @@ def _inner_pid(pid: int) -> int:
 class TestHosts:
     """*count* hosts h1..hN on a private bridge; ``down()`` removes everything."""
 
+    made = 0  # host sets built by this process: each gets its own names and subnet
+
     def __init__(self, tmp: Path, count: int = 2) -> None:
         self.tmp = tmp
-        tag = os.getpid() % 10000
-        self.subnet = f"10.213.{20 + os.getpid() % 200}"
+        TestHosts.made += 1
+        tag = f"{os.getpid() % 10000}{TestHosts.made}"
+        self.subnet = f"10.213.{20 + (os.getpid() * 4 + TestHosts.made) % 200}"
         self.gateway = f"{self.subnet}.1"
         self.bridge = f"dnbr{tag}"
         self.hosts = [
@@ -176,9 +180,12 @@ class TestHosts:
         run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
         run(*ns, "ip", "link", "set", "eth0", "up")
         run(*ns, "ip", "link", "set", "lo", "up")
+        # nsenter, not `ip netns exec`: that one remounts /sys, hiding the cgroup
+        # hierarchy that slurmd needs.
         init = host.init = subprocess.Popen(
             [
-                *ns,
+                "nsenter",
+                f"--net=/run/netns/{host.netns}",
                 "unshare",
                 "--uts",
                 "--pid",
