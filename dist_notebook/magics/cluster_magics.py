@@ -169,6 +169,7 @@ class ClusterMagics(Magics):
         if cluster.state != ClusterState.READY:
             cluster.start_sync()
         warm_up()  # torch into the kernel meanwhile: the first %dist_pull of tensors needs it
+        self.session.started(cluster)
         display(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:
@@ -183,7 +184,7 @@ class ClusterMagics(Magics):
         if cluster is None or cluster.state == ClusterState.STOPPED:
             print("no cluster is running")
             return
-        cluster.stop_sync()
+        self.session.stop(cluster)
         print(f"cluster {cluster.id} stopped")
         pool.stopped(cluster.spec)  # a spare for the next start, if this spec is kept warm
 

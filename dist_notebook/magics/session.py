@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
 
 from ..cluster import ClusterState, DistCluster
+
+# How long a stop waits for a cancelled run to end (its ranks interrupted, its last
+# records in) before the cluster is stopped under it.
+STOP_WAIT_S = 30.0
 
 
 class Session:
@@ -16,6 +21,45 @@ class Session:
 
     def __init__(self) -> None:
         self.cluster: DistCluster | None = None
+        # The training run in progress (blocking or --background), for stop and interrupt.
+        self.run: Any = None
+        self._watchers: dict[str, Any] = {}
+
+    def started(self, cluster: DistCluster) -> None:
+        """Follow the panel's requests for *cluster* (it just started in this kernel)."""
+        from .control import ControlWatcher
+
+        self._watchers[cluster.id] = ControlWatcher(self, cluster).start()
+
+    def active_run(self, cluster: DistCluster) -> Any:
+        run = self.run
+        if run is not None and run.cluster is cluster and run.state.value in ("pending", "running"):
+            return run
+        return None
+
+    def interrupt(self, cluster: DistCluster) -> str:
+        """The kernel's interrupt: a training run in progress is cancelled; otherwise
+        every rank gets SIGINT (the running cell raises KeyboardInterrupt)."""
+        run = self.active_run(cluster)
+        if run is not None:
+            run.stop()
+            return f"run {run.name} cancelled"
+        cluster.interrupt()
+        return "ranks interrupted"
+
+    def stop(self, cluster: DistCluster, reason: str = "%dist_cluster stop") -> str:
+        """Cancel the run in progress, let it end, then stop the cluster (idempotent)."""
+        run = self.active_run(cluster)
+        if run is not None:
+            run.stop()
+            deadline = time.monotonic() + STOP_WAIT_S
+            while run.state.value in ("pending", "running") and time.monotonic() < deadline:
+                time.sleep(0.05)
+        watcher = self._watchers.pop(cluster.id, None)
+        if watcher is not None:
+            watcher.close()
+        cluster.stop_sync()
+        return "stopped"
 
     @classmethod
     def for_shell(cls, shell: Any) -> Session:

@@ -179,6 +179,7 @@ class TrainMagics(Magics):
             dashboard = Dashboard(run, steps=args.steps, blocking=not args.background)
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
+        self.session.run = run
         if args.background:
             thread = threading.Thread(
                 target=self._execute,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +19,18 @@ from typing import Any
 from ..export.stored import exports_of
 from ..protocol import RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
+from ..store.control import ControlQueue
+from ..store.reader import kernel_alive
 
+log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
 # A cluster in one of these states has no processes left to signal.
 ENDED_CLUSTER_STATES = ("stopped", "failed")
+# The owning kernel looks for requests every 0.2 s (magics/control.py); it has this long
+# to take one, on a busy machine, before the server says it does not answer.
+TAKE_S = 5.0
+# A stop lets a cancelled run end (up to 30 s), then stops the cluster (~5 s).
+DONE_S = 90.0
 # Metrics records per answer: large enough for a whole short run in one poll, small enough
 # to keep an answer under a few MB; the client asks again at once while `more` is true.
 METRICS_LIMIT_DEFAULT = 5000
@@ -82,7 +91,21 @@ class RunStoreManager:
         with self._reader() as reader:
             if reader is None:
                 return []
+            if reader.orphaned():
+                self._settle_orphans()
             return [_public_cluster(c) for c in reader.clusters()]
+
+    def _settle_orphans(self) -> None:
+        """Write down what reads already show: clusters of dead kernels, and their
+        unfinished runs, are orphaned (each read marks them even if this fails)."""
+        try:
+            writer = StoreWriter(self.path)
+            try:
+                writer.close_orphans(lambda pid: kernel_alive(pid))
+            finally:
+                writer.close()
+        except StoreError as e:
+            log.warning("cannot mark orphaned clusters in the run store: %s", e)
 
     def cluster(self, cluster_id: str) -> dict[str, Any]:
         return _public_cluster(self._cluster_row(cluster_id))
@@ -152,50 +175,113 @@ class RunStoreManager:
         return found
 
     # actions ----------------------------------------------------------------
+    # While the kernel that owns a cluster lives, an action is a request that kernel
+    # carries out (dist_notebook/store/control.py): panel Stop is %dist_cluster stop
+    # there. Only when the owner is gone does the server act on the processes itself,
+    # and the store then says so: the cluster is orphaned, then stopped.
     async def interrupt(self, cluster_id: str) -> dict[str, Any]:
-        """Send SIGINT to every engine: the running cell raises KeyboardInterrupt."""
+        """The owning kernel's interrupt (a training run is cancelled; otherwise the
+        running cell raises KeyboardInterrupt); without an owner, SIGINT to every engine."""
         row = self._cluster_row(cluster_id)
         if row["state"] in ENDED_CLUSTER_STATES:
             raise ClusterUnreachableError(
                 f"cluster {cluster_id!r} is {row['state']}: there is nothing to interrupt"
             )
+        if _has_owner(row):
+            return await self._through_owner(row, "interrupt")
         await asyncio.to_thread(_act_in_thread, row, "interrupt")
-        reply = {"id": cluster_id, "action": "interrupt", "state": row["state"]}
-        return self._record(reply, "interrupt sent from the JupyterLab panel")
+        reply = {"id": cluster_id, "action": "interrupt", "state": row["state"], "via": "server"}
+        return self._record(reply, row, stopped=False)
 
     async def stop(self, cluster_id: str) -> dict[str, Any]:
-        """Stop the engines and the controller; stopping a stopped cluster does nothing."""
+        """Stop the cluster (idempotent): through its kernel, or, with the kernel gone,
+        the engines and the controller directly."""
         row = self._cluster_row(cluster_id)
         if row["state"] in ENDED_CLUSTER_STATES and not _cluster_file(row).exists():
-            return {"id": cluster_id, "action": "stop", "state": row["state"]}
+            return {"id": cluster_id, "action": "stop", "state": row["state"], "via": "none"}
+        if _has_owner(row) and row["state"] not in ENDED_CLUSTER_STATES:
+            return await self._through_owner(row, "stop")
         await asyncio.to_thread(_act_in_thread, row, "stop")
-        reply = {"id": cluster_id, "action": "stop", "state": "stopped"}
-        return self._record(reply, "stopped from the JupyterLab panel", ranks=row["ranks"])
+        reply = {"id": cluster_id, "action": "stop", "state": "stopped", "via": "server"}
+        return self._record(reply, row, stopped=True)
 
-    def _record(
-        self, reply: dict[str, Any], message: str, ranks: list[dict[str, Any]] | None = None
-    ) -> dict[str, Any]:
-        """Write what the action did to the store; *ranks* given: the cluster stopped.
+    async def _through_owner(self, row: dict[str, Any], action: str) -> dict[str, Any]:
+        cluster_id = row["id"]
+        queue = ControlQueue(self.path)
+        try:
+            seq = queue.request(cluster_id, action)
+            answer = await _wait_for_answer(queue, seq)
+        finally:
+            queue.close()
+        if answer is None:
+            raise ClusterUnreachableError(
+                f"the kernel that owns cluster {cluster_id!r} (pid {row['kernel_pid']}) did not"
+                f" take the {action} within {TAKE_S:.0f} s: it may be busy outside Python;"
+                " interrupt or restart that kernel from its notebook"
+            )
+        if answer["error"]:
+            raise ClusterActionError(
+                f"{action} of cluster {cluster_id!r} in its kernel failed: {answer['error']}"
+            )
+        state = self._cluster_row(cluster_id)["state"]
+        return {
+            "id": cluster_id,
+            "action": action,
+            "state": state,
+            "via": "kernel",
+            "result": answer["result"],
+        }
 
-        The kernel is the store's main writer; the server writes only the facts it caused,
-        so that the panel shows a stopped cluster even when its kernel is gone. The action
-        has happened either way: a store that cannot be written is a warning in the reply.
-        """
+    def _record(self, reply: dict[str, Any], row: dict[str, Any], stopped: bool) -> dict[str, Any]:
+        """Write what the server did to a cluster whose kernel is gone: the cluster and
+        its unfinished runs are orphaned (the kernel's own view, if it comes back late,
+        cannot overwrite that), then stopped. The action has happened either way: a store
+        that cannot be written is a warning in the reply."""
         cluster_id = reply["id"]
+        message = (
+            f"{reply['action']} by the Jupyter server: the kernel that owned the cluster"
+            f" (pid {row.get('kernel_pid')}) is gone"
+        )
         try:
             writer = StoreWriter(self.path)
             try:
-                if ranks is not None:
+                writer.close_orphans(lambda pid: kernel_alive(pid))
+                if stopped:
                     writer.set_cluster_state(cluster_id, "stopped")
-                    for r in ranks:
-                        if r["state"] != "failed":  # its processes are gone, whatever it did
-                            writer.set_rank_state(cluster_id, r["rank"], "dead")
+                    for r in row["ranks"]:
+                        writer.set_rank_state(cluster_id, r["rank"], "stopped")
                 writer.add_event(reply["action"], message, cluster_id=cluster_id)
             finally:
                 writer.close()
         except StoreError as e:
             reply["warning"] = str(e)
         return reply
+
+
+def _has_owner(row: dict[str, Any]) -> bool:
+    """Whether the kernel that started the cluster still runs (it can take a request)."""
+    pid = row.get("kernel_pid")
+    return bool(pid) and row["state"] != "orphaned" and kernel_alive(pid, row.get("started"))
+
+
+async def _wait_for_answer(queue: ControlQueue, seq: int) -> dict[str, Any] | None:
+    """The kernel's answer to request *seq*; None if no kernel took it within TAKE_S
+    (the request is then withdrawn, so a kernel that wakes up later does not act)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        answer = queue.answer(seq)
+        if answer["done"] is not None:
+            return answer
+        waited = loop.time() - started
+        if answer["taken"] is None and waited > TAKE_S and queue.withdraw(seq):
+            return None
+        if waited > DONE_S:
+            raise ClusterActionError(
+                f"the kernel took the {answer['action']} of cluster {answer['cluster_id']!r}"
+                f" but did not finish it within {DONE_S:.0f} s; see that kernel's notebook"
+            )
+        await asyncio.sleep(0.05)
 
 
 def _launcher_config() -> Any:

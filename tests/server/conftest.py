@@ -7,6 +7,8 @@ conftest registers (pytest_plugins = ["pytest_jupyter.jupyter_server"]).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,15 +61,16 @@ def fill(writer: StoreWriter) -> None:
         profile_dir="/nonexistent/profile",
         ipp_cluster_id="none",
     )
-    writer.set_cluster_state(CLUSTER, "running")
+    writer.set_cluster_state(CLUSTER, "ready")
     writer.set_ranks(
         CLUSTER,
         [
-            {"rank": 0, "host": "localhost", "pid": 101, "device": "cpu", "state": "running"},
-            {"rank": 1, "host": "localhost", "pid": 102, "device": "cpu", "state": "running"},
+            {"rank": 0, "host": "localhost", "pid": 101, "device": "cpu", "state": "busy"},
+            {"rank": 1, "host": "localhost", "pid": 102, "device": "cpu", "state": "busy"},
         ],
     )
     writer.add_run(DONE, name="warmup", cluster_id=CLUSTER, ranks=[0, 1], steps=5, code="pass")
+    writer.set_run_state(DONE, "running")  # runs move only along the protocol's transitions
     writer.set_run_state(DONE, "succeeded")
     time.sleep(0.01)  # runs are listed newest first by start time
     writer.add_run(RUNNING, name="train", cluster_id=CLUSTER, ranks=[0, 1], steps=STEPS, code="x")
@@ -92,6 +95,13 @@ def add_steps(writer: StoreWriter, run_id: str, steps: range) -> None:
             for rank in (0, 1)
         ],
     )
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and was reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 @dataclass
@@ -137,15 +147,16 @@ def live_cluster(writer: StoreWriter, request: pytest.FixtureRequest) -> Iterato
     try:
         client.wait_for_engines(2, timeout=60)
         pids = client[:].apply_sync(os.getpid)
+        # Recorded as owned by a kernel that is gone: the server acts on it itself.
         writer.add_cluster(
             "c-live",
             n=2,
             backend="gloo",
-            kernel_pid=os.getpid(),
+            kernel_pid=dead_pid(),
             profile_dir=cluster.profile_dir,
             ipp_cluster_id=cluster.cluster_id,
         )
-        writer.set_cluster_state("c-live", "running")
+        writer.set_cluster_state("c-live", "ready")
         writer.set_ranks(
             "c-live",
             [

@@ -9,6 +9,8 @@ import time
 import psutil
 import pytest
 
+from dist_notebook.store import StoreReader
+
 pytestmark = pytest.mark.slow
 
 API = ("dist-notebook", "api")
@@ -22,7 +24,7 @@ async def post(jp_fetch, cluster_id, action):
 async def test_stop_ends_the_engines(jp_fetch, live_cluster):
     assert all(psutil.pid_exists(pid) for pid in live_cluster.pids)
     reply = await post(jp_fetch, live_cluster.id, "stop")
-    assert reply == {"id": live_cluster.id, "action": "stop", "state": "stopped"}
+    assert reply == {"id": live_cluster.id, "action": "stop", "state": "stopped", "via": "server"}
     deadline = time.monotonic() + 15
     while any(psutil.pid_exists(p) for p in live_cluster.pids) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -31,7 +33,11 @@ async def test_stop_ends_the_engines(jp_fetch, live_cluster):
     response = await jp_fetch(*API, "clusters", live_cluster.id)
     cluster = json.loads(response.body)
     assert cluster["state"] == "stopped"
-    assert {r["state"] for r in cluster["ranks"]} == {"dead"}
+    assert {r["state"] for r in cluster["ranks"]} == {"stopped"}
+    # the store says who acted and why
+    response = await jp_fetch(*API, "clusters")
+    events = StoreReader().events(cluster_id=live_cluster.id)
+    assert any("the kernel that owned the cluster" in e["message"] for e in events)
     # a second stop is a no-op, not an error
     assert (await post(jp_fetch, live_cluster.id, "stop"))["state"] == "stopped"
 

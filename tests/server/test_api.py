@@ -7,7 +7,7 @@ import json
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from .conftest import CLUSTER, DONE, RUNNING, STEPS, add_steps
+from .conftest import CLUSTER, DONE, RUNNING, STEPS, add_steps, dead_pid
 
 API = ("dist-notebook", "api")
 
@@ -40,14 +40,14 @@ async def test_clusters_with_ranks(jp_fetch, filled_store):
     clusters = await get_json(jp_fetch, "clusters")
     assert [c["id"] for c in clusters] == [CLUSTER]
     c = clusters[0]
-    assert c["state"] == "running"
+    assert c["state"] == "ready"
     assert c["backend"] == "gloo"
     assert c["n"] == 2
     assert isinstance(c["started"], float)
     assert "profile_dir" not in c and "ipp_cluster_id" not in c
     assert [(r["rank"], r["host"], r["pid"], r["device"], r["state"]) for r in c["ranks"]] == [
-        (0, "localhost", 101, "cpu", "running"),
-        (1, "localhost", 102, "cpu", "running"),
+        (0, "localhost", 101, "cpu", "busy"),
+        (1, "localhost", 102, "cpu", "busy"),
     ]
     assert await get_json(jp_fetch, "clusters", CLUSTER) == c
 
@@ -78,7 +78,9 @@ async def test_metrics_are_incremental(jp_fetch, filled_store):
     assert len(records) == STEPS  # half the steps, two ranks
     assert first["last_seq"] == records[-1]["seq"]
     assert {r["rank"] for r in records} == {0, 1}
-    assert set(records[0]) >= {"seq", "rank", "step", "time", "loss", "samples_per_s"}
+    # protocol.Record.to_json(): system fields apart, the user's metrics under "metrics"
+    assert set(records[0]) >= {"seq", "rank", "step", "time", "step_time", "samples", "metrics"}
+    assert set(records[0]["metrics"]) == {"loss"}
 
     same = await get_json(jp_fetch, "runs", RUNNING, "metrics", since=first["last_seq"])
     assert same["records"] == [] and same["last_seq"] == first["last_seq"]
@@ -118,7 +120,11 @@ async def test_unknown_ids_are_404(jp_fetch, filled_store, parts, message):
     ("parts", "params", "message"),
     [
         (("runs", RUNNING, "metrics"), {"since": "abc"}, "since must be an integer, not 'abc'"),
-        (("runs", RUNNING, "metrics"), {"since": "-1"}, "since must be 0 or more, not -1"),
+        (
+            ("runs", RUNNING, "metrics"),
+            {"since": "-1"},
+            "since must be between 0 and 2**63 - 1, not -1",
+        ),
         (("runs", RUNNING, "metrics"), {"limit": "0"}, "limit must be between 1 and 50000, not 0"),
         (("runs",), {"state": "bogus"}, "state must be one of pending, running, succeeded,"),
     ],
@@ -137,19 +143,27 @@ async def test_unreadable_store_is_503(jp_fetch, store_file):
     assert "DIST_NOTEBOOK_STORE" in text or "cannot" in text
 
 
-async def test_actions_on_a_cluster_without_processes_are_409(jp_fetch, filled_store):
+async def test_actions_of_an_owner_that_does_not_answer_are_409(jp_fetch, filled_store):
+    """The cluster's kernel (this process, with no watcher) lives but takes no request:
+    the server does not act behind its back, and withdraws the request."""
     for action in ("interrupt", "stop"):
         code, text = await error_of(jp_fetch, "clusters", CLUSTER, action, method="POST")
         assert code == 409
-        assert "cannot be reached" in text
+        assert f"did not take the {action} within 5 s" in text
+        assert "interrupt or restart that kernel" in text
     # nothing was changed in the store
-    assert (await get_json(jp_fetch, "clusters", CLUSTER))["state"] == "running"
+    assert (await get_json(jp_fetch, "clusters", CLUSTER))["state"] == "ready"
 
 
 async def test_stopping_a_stopped_cluster_does_nothing(jp_fetch, filled_store):
     filled_store.set_cluster_state(CLUSTER, "stopped")
     response = await jp_fetch(*API, "clusters", CLUSTER, "stop", method="POST", body=b"")
-    assert json.loads(response.body) == {"id": CLUSTER, "action": "stop", "state": "stopped"}
+    assert json.loads(response.body) == {
+        "id": CLUSTER,
+        "action": "stop",
+        "state": "stopped",
+        "via": "none",
+    }
     code, text = await error_of(jp_fetch, "clusters", CLUSTER, "interrupt", method="POST")
     assert (code, text) == (409, f"cluster '{CLUSTER}' is stopped: there is nothing to interrupt")
 
@@ -159,10 +173,25 @@ async def test_an_unloadable_cluster_file_is_409(jp_fetch, writer, tmp_path):
     (profile / "security").mkdir(parents=True)
     (profile / "security" / "cluster-bad.json").write_text("{not json")
     writer.add_cluster(
-        "c-bad", n=1, backend="gloo", kernel_pid=1, profile_dir=str(profile), ipp_cluster_id="bad"
+        "c-bad",
+        n=1,
+        backend="gloo",
+        kernel_pid=dead_pid(),
+        profile_dir=str(profile),
+        ipp_cluster_id="bad",
     )
     writer.set_cluster_state("c-bad", "ready")
     code, text = await error_of(jp_fetch, "clusters", "c-bad", "stop", method="POST")
     assert code == 409
     assert text.startswith("cluster 'c-bad' cannot be reached: its cluster file")
     assert "cannot be loaded (JSONDecodeError" in text
+
+
+async def test_actions_on_an_orphan_without_processes_are_409(jp_fetch, writer):
+    writer.add_cluster(
+        "c-gone", n=1, backend="gloo", kernel_pid=dead_pid(), profile_dir="", ipp_cluster_id=""
+    )
+    writer.set_cluster_state("c-gone", "ready")
+    assert (await get_json(jp_fetch, "clusters", "c-gone"))["state"] == "orphaned"
+    code, text = await error_of(jp_fetch, "clusters", "c-gone", "interrupt", method="POST")
+    assert code == 409 and "cannot be reached" in text
