@@ -97,3 +97,63 @@ def test_killed_kernel_leaves_no_orphan(throwaway_store: str) -> None:
     finally:
         proc.kill()
         kill_all(pids)
+
+
+# A kernel under a Jupyter-like parent (jupyter_client's KernelManager sets the kernel's
+# parent handle): when that parent dies, ipykernel's parent poller ends the kernel with
+# os._exit, so no exit hook of the kernel runs.
+MANAGER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import psutil
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.kernel_spec.argv[0] = sys.executable
+    km.start_kernel(env=dict(os.environ))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=90)
+    code = (
+        "%load_ext dist_notebook\\n%dist_cluster start -n 2 --cpu\\n"
+        "from dist_notebook.magics.session import Session\\n"
+        "_c = Session.for_shell(get_ipython()).cluster\\n"
+        "print('INFO ' + json.dumps({'profile': _c.profile_dir, 'ipp': _c._ipp.cluster_id,"
+        " 'stack_dir': _c.stack_dir}))\\n"
+    )
+    out = []
+    hook = lambda m: out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else 0
+    reply = kc.execute_interactive("import json\\n" + code, timeout=120, output_hook=hook)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    info = json.loads(next(x for x in "".join(out).splitlines() if x.startswith("INFO "))[5:])
+    info["tree"] = [p.pid for p in psutil.Process().children(recursive=True)]
+    print(json.dumps(info), flush=True)
+    time.sleep(120)  # until the test kills us
+    """
+)
+
+
+def test_kernel_ended_by_its_parent_poller_leaves_nothing(throwaway_store: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MANAGER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    info: dict[str, Any] = {"tree": []}
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            pytest.fail(f"the kernel did not start a cluster:\n{proc.communicate()[1]}")
+        info = json.loads(line)
+        assert len(info["tree"]) >= 1 + 2 + 1 + 8, info["tree"]  # kernel, engines, controller
+        os.kill(proc.pid, signal.SIGKILL)  # the kernel's parent
+        proc.communicate(timeout=10)
+        assert wait_gone(info["tree"], 10) == []
+        assert files_of(info) == []
+    finally:
+        proc.kill()
+        kill_all(info["tree"])
