@@ -106,6 +106,30 @@ def live(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return out
 
 
+def exporter_alone(scratch: Path, seconds: float = 6.0, every: float = 0.02) -> dict[str, Any]:
+    """The TensorBoard exporter's own CPU time, fed 2 records every *every* seconds as the
+    collector feeds it (no cluster: the same worker and target a run uses)."""
+    from dist_notebook.export.base import RunInfo
+    from dist_notebook.export.tensorboard import TensorBoardTarget
+    from dist_notebook.export.worker import ExportWorker
+    from dist_notebook.protocol import Record
+
+    info = RunInfo(run_id="alone0000000", name="alone", ranks=(0, 1), world_size=2)
+    worker = ExportWorker(TensorBoardTarget(info, scratch / "alone"))
+    start, step = time.monotonic(), 0
+    while time.monotonic() - start < seconds:
+        worker([Record(r, step, time.time(), 0.01, 0.002, 64.0, {"loss": 1.0}) for r in (0, 1)])
+        step += 1
+        time.sleep(every)
+    worker.close("succeeded")
+    return {
+        "records": worker.written,
+        "cpu_s": worker.cpu_s,
+        "us_per_record": worker.cpu_s / worker.written * 1e6,
+        "wall_s": seconds,
+    }
+
+
 def synthetic_run(path: Path, records: int) -> str:
     """A stored run of *records* records over 2 ranks, written as the collector does."""
     from dist_notebook.protocol import Record
@@ -193,7 +217,14 @@ def tables(result: dict[str, Any]) -> str:
                 f"{e['mlflow_s']:.2f} s",
             ]
         )
-    return out + "\n\n" + md_table(["export after the fact", "time"], rows)
+    a = result["alone"]
+    rows.append(
+        [
+            f"live exporter alone: {a['records']:,} records in {a['wall_s']:.0f} s, CPU",
+            f"{a['cpu_s'] * 1000:.0f} ms ({a['us_per_record']:.0f} us a record)",
+        ]
+    )
+    return out + "\n\n" + md_table(["export", "time"], rows)
 
 
 def main() -> None:
@@ -216,6 +247,7 @@ def main() -> None:
             "config": {k: v for k, v in vars(args).items()},
             "live": {} if args.no_live else live(args, scratch),
             "export": after_the_fact(args, scratch),
+            "alone": exporter_alone(scratch),
         }
     write_result("export_overhead", result)
     print()

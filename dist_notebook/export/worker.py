@@ -3,9 +3,12 @@
 The collector hands every new batch of records to its sinks on its own thread, which
 also feeds the dashboard and the run store; a sink that waited on a disk or a tracking
 server would slow all of that. ``ExportWorker.__call__`` only appends the batch to a
-bounded queue (O(1), under a lock held for microseconds); its thread writes, flushes
-every ``FLUSH_EVERY`` seconds (so TensorBoard shows the curves grow) and, on
-``close()``, writes what is left and the run's final state.
+bounded queue (O(1), under a lock held for microseconds, and no wake-up); its thread
+writes what queued every ``WRITE_EVERY`` seconds (one wake-up for many batches: at 50
+batches a second, 11-14 ms of CPU for 580 records against 40-42 ms waking for each
+batch; bench/export_overhead.py), flushes every
+``FLUSH_EVERY`` seconds (so TensorBoard shows the curves grow) and, on ``close()``,
+writes what is left and the run's final state.
 
 Failures never reach training: the first exception of the target (disk full, directory
 read-only, tracking server down) is logged once as a warning that says how to export
@@ -26,6 +29,7 @@ from ..protocol import Record
 from .base import LocationCallback, Target
 
 log = logging.getLogger("dist_notebook")
+WRITE_EVERY = 0.25  # seconds between the writer's wake-ups
 FLUSH_EVERY = 1.0  # seconds; TensorBoard itself reloads every 5 s by default
 MAX_QUEUED = 200_000  # records waiting for the target (about 100 MB at most)
 CLOSE_TIMEOUT = 60.0  # seconds close() waits for the last writes
@@ -76,7 +80,6 @@ class ExportWorker:
                 return
             self._batches.append(batch)
             self._queued += len(batch)
-            self._cond.notify()
 
     # the writer's thread ----------------------------------------------------------------
     def _loop(self) -> None:
@@ -84,10 +87,7 @@ class ExportWorker:
         last_flush = time.monotonic()
         while True:
             with self._cond:
-                self._cond.wait_for(
-                    lambda: bool(self._batches) or self._closing is not None,
-                    timeout=self.flush_every,
-                )
+                self._cond.wait_for(lambda: self._closing is not None, timeout=WRITE_EVERY)
                 batches = list(self._batches)
                 self._batches.clear()
                 self._queued = 0
