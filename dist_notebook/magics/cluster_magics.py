@@ -23,10 +23,10 @@ from .args import (
     positive_int,
 )
 from .output import Progress, Table
-from .remote_args import add_remote_flags, local_ip, remote_cluster_spec
+from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_action
 from .session import Session
 
-ACTIONS = ("start", "status", "stop", "restart", "stacks")
+ACTIONS = ("start", "status", "stop", "restart", "stacks", "scale")
 
 
 EXAMPLES = """
@@ -37,6 +37,7 @@ EXAMPLES = """
   %dist_cluster status                 the table of ranks
   %dist_cluster restart [--all]        replace dead ranks (or every engine)
   %dist_cluster stacks                 every rank's Python stack now
+  %dist_cluster scale 4                add or remove ranks between cells; rebuild DDP models
   %dist_cluster stop
 """
 
@@ -103,6 +104,7 @@ class ClusterMagics(Magics):
     @magic_arguments("%dist_cluster")
     @HELP
     @argument("action", nargs="?", default="status", choices=ACTIONS, help="what to do")
+    @argument("count", nargs="?", type=positive_int, help="with scale: the new number of ranks")
     @argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
     @exclusive(
         argument("--gpus", type=int_list, metavar="IDS", help="GPU ids, one per rank, e.g. 0,1"),
@@ -199,6 +201,9 @@ class ClusterMagics(Magics):
             raise UsageError("stacks needs local engines: their stack files are on other hosts")
         for rank, text in collect_stacks(cluster).items():
             print(f"--- rank {rank} ---\n{text.rstrip()}\n")
+
+    def _scale(self, args: Any) -> None:
+        display(ranks_table(scale_action(self.session.cluster, args.count, Progress())))
 
     def _restart(self, args: Any) -> None:
         cluster = self.session.cluster

@@ -36,3 +36,23 @@ def remote_cluster_spec(args: Any) -> Any:
         return remote_spec(args)
     except (HostsError, ClusterConfigError) as e:
         raise UsageError(str(e)) from None
+
+
+def scale_action(cluster: Any, count: int | None, progress: Any) -> Any:
+    """``%dist_cluster scale N``: the cluster with N ranks, or a UsageError naming the fix."""
+    from ..cluster.scale import ScaleError, scale_sync
+
+    if count is None:
+        raise UsageError("%dist_cluster scale needs the new number of ranks, e.g. scale 4")
+    if cluster is None or cluster.state.value in ("new", "stopped"):
+        raise UsageError("no cluster to scale: start one with %dist_cluster start")
+    cluster.progress = progress
+    try:
+        took = scale_sync(cluster, count)
+    except ScaleError as e:
+        raise UsageError(str(e)) from None
+    print(
+        f"cluster {cluster.id}: {count} ranks in {took:.1f} s; the process group is new: "
+        "run the cell that builds your DDP model again"
+    )
+    return cluster
