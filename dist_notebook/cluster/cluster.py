@@ -31,7 +31,7 @@ from traitlets.config import Config
 
 from ..engine import group
 from ..protocol import ClusterState
-from ..store import StoreError, StoreWriter
+from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from . import limits, reap, registry
 from .hosts import lost_ranks, remote_engine_env
@@ -355,6 +355,7 @@ class DistCluster:
             engine_launcher_class=engines,
             controller_args=[f"--HeartMonitor.period={spec.heartbeat_ms}"],
             log_level=logging.ERROR,
+            profile_dir=own_profile_dir(self.id),
         )
 
     def _engine_env(self, rank_offset: int = 0) -> dict[str, str]:
@@ -597,6 +598,8 @@ class DistCluster:
             if left:
                 log.warning("processes of cluster %s could not be ended: %s", self.id, left)
             reap.remove_files(reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id))
+            if self._ipp.profile_dir == own_profile_dir(self.id):
+                shutil.rmtree(self._ipp.profile_dir, ignore_errors=True)
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:
@@ -649,6 +652,15 @@ def _process_state(pid: int) -> str:
     if status == psutil.STATUS_STOPPED:
         return f"process {pid} is stopped (SIGSTOP); ipyparallel dropped its engine"
     return f"process {pid} is {status} but its engine missed its heartbeats"
+
+
+def own_profile_dir(cluster_id: str) -> str:
+    """The cluster's own ipyparallel profile directory, beside the run store (per user,
+    owner-only), never one of the user's IPython profiles: ipyparallel's own panel, its
+    logs and cluster files, and other kernels' clusters never mix with it."""
+    base = store_path().parent / "ipython"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return str(base / f"cluster-{cluster_id}")
 
 
 def _first_error(e: ipp.error.CompositeError) -> str:
