@@ -48,7 +48,9 @@ def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
         str(out),
         "--nonblocking",
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # py-spy's own complaints (a process gone, no permission) go to a log beside the output.
+    log = open(out.with_suffix(".log"), "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
 # Leaf frames of a thread that waits (py-spy counts a wait in C as active): left out.
@@ -105,9 +107,10 @@ def main() -> None:
     cluster = Session.for_shell(nb.ip).cluster
     assert cluster is not None
     rank0 = cluster.ranks[0].pid
+    work = Path(store.name)  # py-spy's raw output and logs, removed at the end
     outs = {
-        "kernel": RESULTS / f"profile_{args.mode}_kernel.raw",
-        "rank0": RESULTS / f"profile_{args.mode}_rank0.raw",
+        "kernel": work / f"profile_{args.mode}_kernel.raw",
+        "rank0": work / f"profile_{args.mode}_rank0.raw",
     }
     RESULTS.mkdir(exist_ok=True)
 
@@ -131,12 +134,15 @@ def main() -> None:
     finally:
         watcher.join()
         nb.stop()
-        store.cleanup()
     for name, raw in outs.items():
+        if not raw.exists():
+            said = raw.with_suffix(".log").read_text()[-2000:]
+            print(f"== {name}: py-spy wrote nothing (the run ended first?)\n{said}")
+            continue
         text = summarise(raw)
         (RESULTS / f"profile_{args.mode}_{name}.txt").write_text(text + "\n")
-        raw.unlink()
         print(f"== {name} (mode {args.mode})\n{text}\n")
+    store.cleanup()
 
 
 if __name__ == "__main__":

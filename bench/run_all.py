@@ -49,8 +49,9 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
     ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
     ("metrics_latency", "metrics_latency.py", [], 30, 90),
     ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
+    ("first_call", "first_call.py", ["--reps", "2"], 90, 200),
 ]
-TOTAL_S = 19 * 60
+TOTAL_S = 22 * 60
 QUICK_ARGS: dict[str, list[str]] = {
     "dispatch": ["--iterations", "20", "--warmup", "5"],
     "train_overhead": ["--reps", "1", "--steps", "150", "--modes", "abcde"],
@@ -60,6 +61,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "throughput": [],
     "metrics_overhead": [],
     "state_transfer": ["--mib", "256"],
+    "first_call": ["--reps", "1"],
 }
 
 README = common.RESULTS / "README.md"
@@ -421,6 +423,27 @@ def section_memory(d: dict[str, Any]) -> str:
     )
 
 
+def section_first_call(d: dict[str, Any]) -> str:
+    rows = []
+    for call, label in (("dist_train", "`%%dist_train` (50 steps)"), ("dist_pull", "`%dist_pull`")):
+        r = d["results"][call]
+        first, later = r["first"], r["later"]
+        runs = ", ".join(f"{v:.2f}" for v in first["values"])
+        spread = f"{fmt(later['min'], 2)}-{fmt(later['max'], 2)}"
+        rows.append(
+            [
+                label,
+                f"{fmt(first['median'], 3)} ({runs})",
+                f"{fmt(later['median'], 3)} ({spread})",
+                fmt(r["ratio"], 2, "x"),
+            ]
+        )
+    text = md_table(
+        ["call", "first: median s (runs)", "later: median s (min-max)", "first / later"], rows
+    )
+    return text + f"\n\n{d['what']}; {d['reps']} kernels."
+
+
 def section_gpu() -> str:
     if not GPU_LOG.exists():
         return "(no `gpu_h200.log`)"
@@ -546,6 +569,7 @@ def build(status: dict[str, dict[str, Any]], since: float | None, total: float |
     add("5. State transfer to 4 ranks", "state_transfer", section_state)
     parts.append(note("state_transfer"))
     add("6. Memory per rank after start (2 ranks)", "memory", section_memory)
+    add("7. First calls in a fresh kernel (2 ranks)", "first_call", section_first_call)
     parts.append(f"\n## GPU (one H200, from `bench/results/{GPU_LOG.name}`)\n")
     parts.append(section_gpu())
     return "\n".join(parts) + "\n"

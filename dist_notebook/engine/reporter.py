@@ -4,8 +4,9 @@ Records travel over a ZMQ PUSH socket to the collector's PULL socket in the kern
 batches (the wire format is ``dist_notebook.protocol``'s). Each message is signed with the
 run's key (HMAC-SHA256) so the collector can drop anything that is not from this run.
 
-The training thread does as little as possible: it turns the values into floats and
-appends one tuple to a deque (a few microseconds). A sender thread wakes every
+The training thread does as little as possible: it turns the values into floats (a
+one-element tensor on a GPU is kept as it is and read by the sender, so report() never
+waits for the GPU) and appends one row to a deque (a few microseconds). A sender thread wakes every
 ``BATCH_SECONDS``, encodes the batch as JSON, signs it and hands it to ZMQ, so JSON, HMAC
 and ZMQ stay off the training loop and the kernel is woken once per batch, not per step.
 The send never blocks and never waits on other ranks; the socket has no high-water mark,
@@ -60,7 +61,7 @@ class _Channel:
         while True:
             rows: list[list[Any]] = []
             while self._queue and len(rows) < MAX_BATCH:
-                rows.append(self._queue.popleft())
+                rows.append(_floats(self._queue.popleft()))
             last = not self._queue
             if rows or (end and last):
                 message = protocol.wire_message(self.run_id, self.rank, rows, end=end and last)
@@ -144,6 +145,28 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
         gpu = extra.get("gpu", gpu)
     if comm_time is not None and step_time is not None and comm_time > step_time:
         comm_time = step_time  # a sampled estimate (commtime.py) never exceeds the step
-    values = {name: protocol.to_float(value) for name, value in metrics.items()}
-    count = None if samples is None else protocol.to_float(samples)
+    values = {name: _value(value) for name, value in metrics.items()}
+    count = None if samples is None else _value(samples)
     channel.send([step, now, step_time, comm_time, count, values, gpu])
+
+
+def _value(value: Any) -> Any:
+    """A float now, or, for a one-element tensor on a GPU, the tensor itself: reading it
+    here would make the training thread wait for the GPU (a sync every report); the
+    sender thread reads it later, by when the step has long been computed."""
+    if isinstance(value, float):
+        return value
+    device = getattr(value, "device", None)
+    if getattr(device, "type", "cpu") != "cpu" and value.numel() == 1:
+        return value.detach()
+    return protocol.to_float(value)
+
+
+def _floats(row: list[Any]) -> list[Any]:
+    """*row* with the tensors report() left for later read as floats (sender thread)."""
+    metrics = row[5]
+    if any(not isinstance(v, float) for v in metrics.values()):
+        row[5] = {name: protocol.to_float(v) for name, v in metrics.items()}
+    if row[4] is not None and not isinstance(row[4], float):
+        row[4] = protocol.to_float(row[4])
+    return row

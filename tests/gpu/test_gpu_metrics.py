@@ -20,7 +20,7 @@ while time.time() - start < 4.0:
     for _ in range(20):
         b = a @ a
     torch.cuda.synchronize()
-    report(step=step, samples=20)
+    report(step=step, samples=20, loss=b[0, 0])  # a GPU tensor: read by the sender
     step += 1
 """
 
@@ -39,6 +39,7 @@ def test_a_gpu_rank_reports_its_own_device_through_nvml() -> None:
         # 2 Hz over ~4 s: a sample goes out once, with the first record after it.
         assert 1 <= len(sampled) / span <= 4, (len(sampled), span)
         assert len(sampled) < len(records)
+        assert all(isinstance(r.metrics["loss"], float) for r in records)
         busiest = max(s["util"] for s in sampled)
         assert 50 <= busiest <= 100, sampled  # matrix products keep the device busy
         assert all(s["mem"] > 64 * 2**20 for s in sampled)  # 64 MiB of operands at least
