@@ -38,6 +38,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 PROTOCOL_VERSION = 2
 WINDOW = 20  # records per rank behind every derived measure
 STRAGGLER_FACTOR = 1.2  # compute time above this multiple of the median rank's: a straggler
+STRAGGLER_MIN_DELAY = 0.1  # ... that delays every step by at least this share of a step
 # System fields of a record, in the order they travel on the wire.
 SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
 # What a rank's GPU sampler may add to a record (NVML, 1-2 Hz): utilisation (0-1),
@@ -382,13 +383,21 @@ def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
 
     Compute time, not step time: in lockstep DDP the healthy ranks wait in the all-reduce
     for the slow one, so every rank's step time is the same and only compute tells them
-    apart. Needs two ranks with a compute time.
+    apart. A rank is flagged only when its extra compute delays each step by at least
+    STRAGGLER_MIN_DELAY of a step (on a busy machine, a few percent of jitter between two
+    ranks is not a straggler). Needs two ranks with a compute time.
     """
     known = [s.compute_time for s in summaries if s.compute_time is not None]
     median = _median(known) if len(known) >= 2 else None
     for s in summaries:
+        extra = (s.compute_time - median) if median and s.compute_time is not None else 0.0
+        # Also worth flagging only when it costs: the others wait `extra` every step, so
+        # a difference below STRAGGLER_MIN_DELAY of a step is noise, not a straggler.
         s.straggler = bool(
-            median and s.compute_time is not None and s.compute_time > STRAGGLER_FACTOR * median
+            median
+            and s.compute_time is not None
+            and s.compute_time > STRAGGLER_FACTOR * median
+            and extra >= STRAGGLER_MIN_DELAY * (s.step_time or 0.0)
         )
     return summaries
 
@@ -504,6 +513,7 @@ def typescript() -> str:
     out.append(f"export const PROTOCOL_VERSION = {PROTOCOL_VERSION};")
     out.append(f"export const WINDOW = {WINDOW};")
     out.append(f"export const STRAGGLER_FACTOR = {STRAGGLER_FACTOR};")
+    out.append(f"export const STRAGGLER_MIN_DELAY = {STRAGGLER_MIN_DELAY};")
     out.append(
         '/** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */\n'
         "export type JsonNumber = number | 'nan' | 'inf' | '-inf';"

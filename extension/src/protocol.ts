@@ -9,6 +9,8 @@ export const WINDOW = 20;
 
 export const STRAGGLER_FACTOR = 1.2;
 
+export const STRAGGLER_MIN_DELAY = 0.1;
+
 /** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */
 export type JsonNumber = number | 'nan' | 'inf' | '-inf';
 
