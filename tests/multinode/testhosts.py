@@ -164,6 +164,7 @@ class TestHosts:
             run("ip", "link", "set", self.bridge, "up")
             for host in self.hosts:
                 self._add_host(host)
+            self._hosts_file()
         except BaseException:
             self.down()
             raise
@@ -204,6 +205,15 @@ class TestHosts:
         assert init.stdout is not None
         if init.stdout.readline().strip() != "ready":
             raise RuntimeError(f"test host {host.name} did not start")
+
+    def _hosts_file(self) -> None:
+        """Names resolve on the hosts as on a real cluster: an /etc/hosts of their own
+        (bound over the file in each host's mount namespace only)."""
+        path = self.tmp / "etc-hosts"
+        lines = ["127.0.0.1 localhost", *(f"{h.address} {h.name}" for h in self.hosts)]
+        path.write_text("\n".join(lines) + "\n")
+        for host in self.hosts:
+            host.exec("mount", "--bind", str(path), "/etc/hosts")
 
     def link(self, host: Host, up: bool) -> None:
         """Take a host's link down (a network failure) or up again."""

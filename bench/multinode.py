@@ -1,0 +1,219 @@
+"""Two test hosts: our SSH cluster vs ``torchrun --nnodes 2 --rdzv-backend c10d``.
+
+    sudo .venv/bin/python bench/multinode.py [--reps 3] [--steps 300]
+
+Builds two test hosts (network namespaces with their own address, hostname and sshd, as
+tests/multinode does; needs root) and measures, interleaved, on one CPU rank per host:
+
+- start to first collective: from the launch to the first all_reduce done on every rank
+  (ours: ``DistCluster.start`` over ssh, which ends with the group's check all_reduce;
+  torchrun: one agent per host started in that host's namespaces, c10d rendezvous on
+  h1, the script's ``init_process_group`` and one all_reduce);
+- DDP throughput: the same training code (a 64-256-256-10 MLP, batch 64 per rank,
+  synthetic data, gloo) timed on rank 0 between barriers after a warm-up.
+
+Both sides run with one thread a rank and gloo on the hosts' eth0 (torchrun is given
+GLOO_SOCKET_IFNAME=eth0; our ranks get it from the probe). Writes
+``bench/results/multinode.json`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import common  # noqa: E402
+from common import PY, fmt, md_table  # noqa: E402
+
+TRAIN = """
+def bench_train(steps, warmup=20, batch=64):
+    import time, torch, torch.nn as nn, torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                              nn.Linear(256, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(dist.get_rank())
+    xs = torch.randn(32, batch, 64, generator=gen)
+    ys = torch.randint(0, 10, (32, batch), generator=gen)
+    def step(i):
+        loss = nn.functional.cross_entropy(model(xs[i % 32]), ys[i % 32])
+        opt.zero_grad(); loss.backward(); opt.step()
+    for i in range(warmup):
+        step(i)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        step(i)
+    dist.barrier()
+    took = time.perf_counter() - t0
+    return steps * batch * dist.get_world_size() / took
+"""
+
+SCRIPT = (
+    textwrap.dedent(
+        """
+    import json, sys, time
+    import torch, torch.distributed as dist
+    t0 = float(sys.argv[1])
+    dist.init_process_group("gloo")
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    first = time.time() - t0
+    """
+    )
+    + TRAIN
+    + textwrap.dedent(
+        """
+    sps = bench_train(int(sys.argv[2]))
+    if dist.get_rank() == 0:
+        print("BENCH_RESULT " + json.dumps({"first_s": first, "samples_per_s": sps}), flush=True)
+    dist.destroy_process_group()
+    """
+    )
+)
+
+
+def free_port_on(host: Any) -> int:
+    # Asked inside h1's own network namespace, where nothing else runs.
+    code = "import socket; s=socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+    return int(host.exec(PY, "-c", code).stdout.strip())
+
+
+def run_torchrun(hosts: Any, script: Path, steps: int) -> dict[str, float]:
+    h1 = hosts.hosts[0]
+    endpoint = f"{h1.address}:{free_port_on(h1)}"
+    env = common.child_env(threads=1, GLOO_SOCKET_IFNAME="eth0")
+    t0 = time.time()
+    procs = [
+        subprocess.Popen(
+            [
+                *h.enter(),
+                PY,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                f"bench{int(t0)}",
+                str(script),
+                repr(t0),
+                str(steps),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for h in hosts.hosts
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    return common.result_line("\n".join(outs))
+
+
+def run_ours(hosts: Any, steps: int) -> dict[str, float]:
+    from dist_notebook import ClusterSpec, DistCluster
+    from dist_notebook.cluster.execute import apply_on_ranks, run_on_ranks
+
+    spec = ClusterSpec(
+        n=2, launcher="ssh", hosts=(("h1", 1), ("h2", 1)), ip=hosts.gateway, threads=1
+    )
+    t0 = time.time()
+    cluster = DistCluster(spec)
+    try:
+        cluster.start_sync()  # ends with the group's check all_reduce on every rank
+        first = time.time() - t0
+        run_on_ranks(cluster, TRAIN)
+        values = apply_on_ranks(cluster, _call_bench, steps)
+        return {"first_s": first, "samples_per_s": values[0].value}
+    finally:
+        cluster.stop_sync()
+
+
+def _call_bench(steps: int) -> float:
+    from IPython import get_ipython
+
+    return float(get_ipython().user_ns["bench_train"](steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=1 if common.quick() else 3)
+    parser.add_argument("--steps", type=int, default=60 if common.quick() else 300)
+    args = parser.parse_args()
+    from tests.multinode.sshd import start_sshd
+    from tests.multinode.testhosts import TestHosts, why_not
+
+    reason = why_not("ssh")
+    if reason:
+        sys.exit(f"bench/multinode.py: {reason}")
+    common.use_scratch_store()
+    tmp = Path(tempfile.mkdtemp(prefix="dist-bench-hosts-"))
+    script = tmp / "torchrun_train.py"
+    script.write_text(SCRIPT)
+    hosts = TestHosts(tmp).up()
+    results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": []}
+    try:
+        os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))
+        for rep in range(args.reps):
+            for side in common.interleave(list(results), rep):
+                if side == "torchrun":
+                    value = run_torchrun(hosts, script, args.steps)
+                else:
+                    value = run_ours(hosts, args.steps)
+                print(side, json.dumps(value), flush=True)
+                results[side].append(value)
+    finally:
+        hosts.down()
+    report(results, args)
+
+
+def report(results: dict[str, list[dict[str, float]]], args: Any) -> None:
+    med = {
+        side: {k: statistics.median(v[k] for v in vals) for k in ("first_s", "samples_per_s")}
+        for side, vals in results.items()
+    }
+    ours, theirs = med["dist-notebook"], med["torchrun"]
+    rows = [
+        [
+            "start to first collective (s)",
+            fmt(ours["first_s"], 2),
+            fmt(theirs["first_s"], 2),
+            fmt(ours["first_s"] / theirs["first_s"], 2) + "x",
+        ],
+        [
+            "DDP samples/s (2 hosts x 1 CPU rank)",
+            fmt(ours["samples_per_s"], 0),
+            fmt(theirs["samples_per_s"], 0),
+            fmt(ours["samples_per_s"] / theirs["samples_per_s"], 3) + "x",
+        ],
+    ]
+    table = md_table(
+        ["median of " + str(args.reps), "dist-notebook (ssh)", "torchrun c10d", "ratio"], rows
+    )
+    print(table)
+    common.write_result(
+        "multinode",
+        {"reps": args.reps, "steps": args.steps, "raw": results, "median": med, "table": table},
+    )
+
+
+if __name__ == "__main__":
+    main()
