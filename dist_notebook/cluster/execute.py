@@ -61,16 +61,9 @@ class RankError(Exception):
             self.args = (f"{self.args[0]}{hint}",)
 
     def _render_traceback_(self) -> list[str]:
-        first = self.failures[0]
-        assert first.error is not None
-        lines = [f"[rank {first.rank}] {line}" for line in first.error.render_traceback()]
-        others = [f.rank for f in self.failures[1:]]
-        if others:
-            names = ", ".join(str(r) for r in others)
-            lines.append(f"(also failed on rank{'s' if len(others) > 1 else ''} {names})")
-        if self.hint:
-            lines.append(self.hint)
-        return lines
+        from .tracebacks import render  # the raising rank's traceback once, as Python's
+
+        return render(self.failures, self.ranks, self.hint)
 
 
 class _Stream:

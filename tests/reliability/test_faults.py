@@ -40,9 +40,9 @@ def test_raise_in_collective_releases_peers(shell: Any, own_cluster: Any, capsys
     assert [f.rank for f in error.failures] == [1, 0]
     assert error.ename == "ValueError" and "bad batch" in str(error)
     lines = out.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("[rank "))
-    assert lines[first].startswith("[rank 1]")
-    assert "(also failed on rank 0)" in out
+    first = next(i for i, line in enumerate(lines) if "rank 1 raised" in line)
+    assert lines[first] == "--- rank 1 raised ValueError ---"
+    assert "[rank 0] released after rank 1 raised ValueError (here: " in out
     # Every rank keeps its state, and the group was re-created.
     assert reduce_sum(own_cluster) == ["3\n", "3\n"]
     assert shell.run_line_magic("dist_pull", "kept --all") == {0: 0, 1: 10}
