@@ -1,0 +1,113 @@
+"""Ranks across hosts from the engines' probes, and each engine's boot-time place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dist_notebook.cluster.launchers import RankSlurmEngineSetLauncher, remote_engines
+from dist_notebook.cluster.placement import place
+from dist_notebook.cluster.spec import ClusterSpec
+from dist_notebook.engine.rankenv import apply_rank_environment
+
+
+def probe(host: str, local: int | None, node: int | None = None, hint: int | None = None) -> dict:
+    return {
+        "host": host,
+        "address": f"10.0.0.{host[-1]}",
+        "interface": "eth0",
+        "pid": 100 + (local or 0),
+        "node": node,
+        "rank_hint": hint,
+        "local_rank": local,
+        "local_size": None,
+        "devices": None,
+    }
+
+
+def test_ranks_by_node_then_local_rank_whatever_the_registration_order() -> None:
+    # Registered as h2/1, h1/0, h2/0, h1/1 (engine ids 10..13); SSH gives node ids.
+    probes = [probe("h2", 1, 1), probe("h1", 0, 0), probe("h2", 0, 1), probe("h1", 1, 0)]
+    places = place([10, 11, 12, 13], probes)
+    got = [(p.rank, p.engine_id, p.host, p.node_rank, p.local_rank) for p in places]
+    assert got == [
+        (0, 11, "h1", 0, 0),
+        (1, 13, "h1", 0, 1),
+        (2, 12, "h2", 1, 0),
+        (3, 10, "h2", 1, 1),
+    ]
+    assert {p.master_addr for p in places} == {"10.0.0.1"}
+    assert {(p.world_size, p.local_world_size) for p in places} == {(4, 2)}
+
+
+def test_mpi_nodes_follow_the_lowest_launcher_rank() -> None:
+    probes = [probe("h2", 0, hint=2), probe("h1", 1, hint=1), probe("h1", 0, hint=0)]
+    places = place([0, 1, 2], probes)
+    assert [(p.rank, p.host, p.local_rank) for p in places] == [
+        (0, "h1", 0),
+        (1, "h1", 1),
+        (2, "h2", 0),
+    ]
+
+
+def test_boot_environment_from_slurm_variables() -> None:
+    env: dict[str, Any] = {
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_NTASKS": "8",
+        "SLURM_TASKS_PER_NODE": "4(x2)",
+        "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
+        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+    }
+    apply_rank_environment(env)
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("5", "1", "8")
+    assert env["LOCAL_WORLD_SIZE"] == "4"
+    assert env["CUDA_VISIBLE_DEVICES"] == "5"  # one GPU: this local rank's of the job's
+    assert int(env["OMP_NUM_THREADS"]) >= 1
+
+
+def test_boot_environment_from_open_mpi_variables() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_COMM_WORLD_SIZE": "3",
+        "DIST_NOTEBOOK_CPU": "1",
+    }
+    apply_rank_environment(env)
+    assert (env["RANK"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("2", "0", "1")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_slurm_job_asks_for_nodes_gpus_partition_time_account() -> None:
+    spec = ClusterSpec(
+        n=8,
+        launcher="slurm",
+        nodes=2,
+        gpus_per_node=4,
+        partition="gpu",
+        time_limit="1:00:00",
+        account="proj",
+        ip="10.0.0.1",
+    )
+    cls, config = remote_engines(spec)
+    assert cls is RankSlurmEngineSetLauncher
+    launcher = cls(config=_config(config), profile_dir="/tmp", cluster_id="x")
+    launcher.write_batch_script(8)
+    script = open(launcher.batch_file).read()
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=1:00:00",
+        "#SBATCH --account=proj",
+        "dist_notebook.engine.boot",
+    ):
+        assert line in script, script
+
+
+def _config(d: dict) -> Any:
+    from traitlets.config import Config
+
+    return Config(d)
