@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import ipyparallel as ipp
@@ -43,7 +44,7 @@ from .launchers import (
 )
 from .loop import run_sync
 from .placement import ranks_across_hosts
-from .spec import ClusterSpec
+from .spec import ClusterConfigError, ClusterSpec
 
 log = logging.getLogger("dist_notebook")
 Progress = Callable[[str], None]
@@ -221,8 +222,12 @@ class DistCluster:
     async def start(self) -> DistCluster:
         if self.state not in (ClusterState.NEW, ClusterState.STOPPED, ClusterState.FAILED):
             raise ClusterError(f"the cluster is already {self.state.value}: stop it first")
-        limits.check_address(self.spec.ip)
-        limits.check_capacity(self.spec)
+        try:
+            limits.check_address(self.spec.ip)
+            limits.check_capacity(self.spec)
+        except ClusterConfigError:
+            self.state = ClusterState.FAILED  # refused: a new start may follow at once
+            raise
         t0 = time.perf_counter()
         self.state = ClusterState.STARTING
         registry.add(self)
@@ -657,10 +662,25 @@ def _process_state(pid: int) -> str:
 def own_profile_dir(cluster_id: str) -> str:
     """The cluster's own ipyparallel profile directory, beside the run store (per user,
     owner-only), never one of the user's IPython profiles: ipyparallel's own panel, its
-    logs and cluster files, and other kernels' clusters never mix with it."""
-    base = store_path().parent / "ipython"
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return str(base / f"cluster-{cluster_id}")
+    logs and cluster files, and other kernels' clusters never mix with it.
+
+    Where the store's directory cannot be written (a read-only one: the store never
+    stops a cluster), the profile goes to a per-user folder in the temporary directory.
+    """
+    fallback = Path(tempfile.gettempdir()) / f"dist-notebook-{os.getuid()}"
+    for base in (store_path().parent / "ipython", fallback / "ipython"):
+        profile = base / f"cluster-{cluster_id}"
+        try:
+            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            profile.mkdir(exist_ok=True, mode=0o700)  # fails on a read-only directory
+        except OSError as e:
+            log.debug("no profile directory in %s: %s", base, e)
+            continue
+        return str(profile)
+    raise ClusterError(
+        f"cannot create a profile directory for the cluster in {store_path().parent} or "
+        f"{fallback}: set DIST_NOTEBOOK_STORE to a file in a directory you can write"
+    )
 
 
 def _first_error(e: ipp.error.CompositeError) -> str:

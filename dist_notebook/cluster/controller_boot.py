@@ -22,6 +22,12 @@ def _remove_cluster_files() -> None:
     profile, cluster_id = os.environ.get("IPP_PROFILE_DIR"), os.environ.get("IPP_CLUSTER_ID")
     if profile and cluster_id:
         remove_files(cluster_files(profile, cluster_id))
+        # The cluster's own profile directory (cluster.own_profile_dir) goes with it.
+        name, parent = os.path.basename(profile), os.path.basename(os.path.dirname(profile))
+        if name.startswith("cluster-") and parent == "ipython":
+            import shutil
+
+            shutil.rmtree(profile, ignore_errors=True)
 
 
 def _watch_controller_in_child(controller: int) -> None:

@@ -69,7 +69,10 @@ def files_of(info: dict[str, Any]) -> list[str]:
     from dist_notebook.cluster.reap import cluster_files
 
     stack = [info["stack_dir"]] if os.path.exists(info["stack_dir"]) else []
-    return cluster_files(info["profile"], info["ipp"]) + stack
+    # A profile directory of the cluster's own (cluster.own_profile_dir) goes too.
+    own = os.path.basename(info["profile"]).startswith("cluster-")
+    profile = [info["profile"]] if own and os.path.exists(info["profile"]) else []
+    return cluster_files(info["profile"], info["ipp"]) + stack + profile
 
 
 def test_normal_exit_stops_the_cluster(throwaway_store: str) -> None:

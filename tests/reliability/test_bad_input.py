@@ -402,5 +402,7 @@ def test_start_refuses_what_cannot_work_before_starting_anything(
     with pytest.raises(UsageError, match=message) as info:
         no_cluster.run_line_magic("dist_cluster", f"start --cpu {flags}")
     assert len(str(info.value).splitlines()) == 1  # one line, not the controller's log
+    with pytest.raises(UsageError, match=message):  # again at once: same answer
+        no_cluster.run_line_magic("dist_cluster", f"start --cpu {flags}")
     started = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert started == set(), f"processes started anyway: {started}"

@@ -67,8 +67,11 @@ def test_read_only_store_directory(tmp_path: Path) -> None:
     assert "archived" in out and "LOADED succeeded" in out
     assert "RUN succeeded 6" in out and "STOPPED" in out and "STOPPED AGAIN" in out
     assert "Errno 30" not in err and "Traceback" not in err, err
-    # Said once per store that cannot be written, with the remedy; not once per write.
+    # Said once per store and part that uses it (records; the panel's controls), with
+    # the remedy; not once per write (it was 3-4 times a cell).
     warnings = [line for line in err.splitlines() if "DIST_NOTEBOOK_STORE to a" in line]
-    assert len(warnings) == 2, err
-    assert "cannot create the run store" in warnings[0]
-    assert "read-only" in warnings[1]
+    assert len(warnings) == len(set(warnings)), err
+    created = [w for w in warnings if "cannot create the run store" in w]
+    read_only = [w for w in warnings if "is read-only" in w]
+    assert 1 <= len(created) <= 2 and 1 <= len(read_only) <= 2, err
+    assert len(warnings) == len(created) + len(read_only), err
