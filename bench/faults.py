@@ -1,12 +1,13 @@
-"""Fault scenarios of issue #4, each measured once on a real cluster: what it costs.
+"""Fault scenarios of issues #4 and #12, each measured once on a real cluster: what it costs.
 
     python bench/faults.py               # every scenario, 50 start/stop cycles
     python bench/faults.py --cycles 5    # (or BENCH_QUICK=1) fewer cycles
+    python bench/faults.py --only issue12  # the cases of issue #12 (bench/fault_cases.py)
 
 For each scenario: the time until the failure is reported (the cell fails, the report
 prints, the processes are gone), the time until the cluster takes a collective cell
-again, the training steps lost, and how many of our processes are left afterwards
-(found by pid from the cluster object and the kernels, never by scanning the process
+again, the training steps lost, and how many of our processes and files are left
+afterwards (by process tree from the pids we started, never by scanning the process
 list). Prints a markdown table and writes ``bench/results/faults.json``.
 """
 
@@ -319,12 +320,15 @@ class Bench:
     def kernels(self, root: Path) -> None:
         from jupyter_client import KernelManager
 
+        # The whole tree of the kernel (engines, nannies, controller, its schedulers) and
+        # the cluster's files, as the kernel sees them.
         start = (
-            "%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu\nimport json, os\n"
+            "%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu\nimport json, psutil\n"
             "from dist_notebook.magics.session import Session\n"
+            "from dist_notebook.cluster.reap import cluster_files\n"
             "_c = Session.for_shell(get_ipython()).cluster\n"
-            "print('PIDS ' + json.dumps([r.pid for r in _c.ranks]"
-            " + [_c._ipp.controller.process.pid]))\n"
+            "print('PIDS ' + json.dumps([[p.pid for p in psutil.Process().children(True)],"
+            " cluster_files(_c.profile_dir, _c._ipp.cluster_id) + [_c.stack_dir]]))\n"
         )
 
         def boot(store: str) -> tuple[Any, Any, list[int]]:
@@ -357,7 +361,7 @@ class Bench:
         for t in threads:
             t.join()
         both = time.perf_counter() - t0
-        (km_a, kc_a, pids_a), (km_b, kc_b, pids_b) = booted
+        (km_a, kc_a, (pids_a, files_a)), (km_b, kc_b, (pids_b, files_b)) = booted
         for kc in (kc_a, kc_b):
             reply = kc.execute_interactive("%%dist\n" + ALL_REDUCE, timeout=60)
             assert reply["content"]["status"] == "ok"
@@ -377,6 +381,7 @@ class Bench:
             time.perf_counter() - t0,
             None,
             left=len(left),
+            files=len([f for f in files_a if os.path.exists(f)]),
             note="detect = from the request until every process ended",
         )
         kc_a.stop_channels()
@@ -400,6 +405,7 @@ class Bench:
             gone,
             None,
             left=len(left),
+            files=len([f for f in files_b if os.path.exists(f)]),
             newest_record_age_s=round(killed_at - newest, 3),
             note="detect = until every engine/controller ended; records lost: see age",
         )
@@ -409,12 +415,23 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=5 if quick() else 50)
+    parser.add_argument("--only", choices=("issue12",), help="run only these cases")
     args = parser.parse_args()
     use_scratch_store()
     store = os.environ["DIST_NOTEBOOK_STORE"]
     root = Path(tempfile.mkdtemp(prefix="dist-faults-"))
     os.chdir(root)
     b = Bench()
+    from fault_cases import Issue12
+
+    b.start()
+    try:
+        Issue12(b, root).run_all()
+    finally:
+        b.stop_row()
+    if args.only:
+        report(b, args.cycles)
+        return
     b.start("--auto-restart")
     try:
         b.raise_in_collective()
@@ -430,7 +447,10 @@ def main() -> None:
     b.stop()
     b.kernels(root)
     b.cycles(args.cycles)
+    report(b, args.cycles)
 
+
+def report(b: Bench, cycles: int) -> None:
     def fmt(v: Any) -> str:
         return f"{v:.2f} s" if isinstance(v, float) else ("-" if v is None else str(v))
 
@@ -441,17 +461,25 @@ def main() -> None:
             fmt(r["usable_s"]),
             fmt(r["steps_lost"]),
             fmt(r["processes_left"]),
+            fmt(r.get("files", "-")),
         ]
         for r in b.rows
     ]
     print()
     print(
         md_table(
-            ["scenario", "time to detect", "time until usable", "steps lost", "processes left"],
+            [
+                "scenario",
+                "time to detect",
+                "time until usable",
+                "lost",
+                "processes left",
+                "files left",
+            ],
             rows,
         )
     )
-    write_result("faults", {"rows": b.rows, "cycles": args.cycles})
+    write_result("faults", {"rows": b.rows, "cycles": cycles})
 
 
 if __name__ == "__main__":
