@@ -30,6 +30,7 @@ from IPython.utils.capture import capture_output
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dist_notebook import load_run
+from dist_notebook.export import ExportUnavailable
 from dist_notebook.protocol import Record
 
 from .conftest import TRAIN_CELL, result_of, wait_for
@@ -343,3 +344,18 @@ def test_without_the_extra_the_flag_names_it(
         UsageError, match=rf"^%%dist_train: --{tool} needs the {tool} extra.*{message}"
     ):
         no_cluster.run_cell_magic("dist_train", flag, "pass")
+
+
+@pytest.mark.parametrize("tool", ["tensorboard", "mlflow"])
+def test_a_stored_run_without_the_extra_names_it(
+    tb_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    monkeypatch.setitem(sys.modules, tool, None)
+    run = load_run(tb_run[0].run_id)
+    with pytest.raises(ExportUnavailable) as raised:
+        run.to_tensorboard(tmp_path) if tool == "tensorboard" else run.to_mlflow()
+    assert str(raised.value) == (
+        f"to_{tool}() needs the {tool} extra ({tool} is not installed): "
+        f"pip install 'dist-notebook[{tool}]'"
+    )
+    assert not any(tmp_path.iterdir())
