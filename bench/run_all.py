@@ -50,8 +50,9 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
     ("metrics_latency", "metrics_latency.py", [], 30, 90),
     ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
     ("first_call", "first_call.py", ["--reps", "2"], 90, 200),
+    ("cpu_share", "cpu_share.py", ["--reps", "2", "--steps", "1500"], 120, 240),
 ]
-TOTAL_S = 22 * 60
+TOTAL_S = 24 * 60
 QUICK_ARGS: dict[str, list[str]] = {
     "dispatch": ["--iterations", "20", "--warmup", "5"],
     "train_overhead": ["--reps", "1", "--steps", "150", "--modes", "abcde"],
@@ -62,6 +63,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "metrics_overhead": [],
     "state_transfer": ["--mib", "256"],
     "first_call": ["--reps", "1"],
+    "cpu_share": ["--reps", "1", "--steps", "400"],
 }
 
 README = common.RESULTS / "README.md"
@@ -444,6 +446,17 @@ def section_first_call(d: dict[str, Any]) -> str:
     return text + f"\n\n{d['what']}; {d['reps']} kernels."
 
 
+def section_cpu_share(d: dict[str, Any]) -> str:
+    import cpu_share
+
+    text = cpu_share.table(d)
+    return text + (
+        "\n\n`bench/cpu_share.py`: CPU seconds of each thread over the run's wall seconds "
+        "(0.010 is 1% of one core), medians of "
+        f"{d['config']['reps']} runs of {d['config']['steps']} steps per mode, interleaved."
+    )
+
+
 def section_gpu() -> str:
     if not GPU_LOG.exists():
         return "(no `gpu_h200.log`)"
@@ -570,6 +583,7 @@ def build(status: dict[str, dict[str, Any]], since: float | None, total: float |
     parts.append(note("state_transfer"))
     add("6. Memory per rank after start (2 ranks)", "memory", section_memory)
     add("7. First calls in a fresh kernel (2 ranks)", "first_call", section_first_call)
+    add("8. Where the cores go while training (2 ranks)", "cpu_share", section_cpu_share)
     parts.append(f"\n## GPU (one H200, from `bench/results/{GPU_LOG.name}`)\n")
     parts.append(section_gpu())
     return "\n".join(parts) + "\n"

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,11 @@ class Notebook:
         self.ip = start_ipython()
         self.ip.run_line_magic("load_ext", "dist_notebook")
         self.quietly(self.ip.run_line_magic, "dist_cluster", f"start -n {ranks} --cpu --threads 1")
+        # The kernel imports torch in the background after a start (for the first pull):
+        # let it finish, so it never weighs on a measured run.
+        for thread in threading.enumerate():
+            if thread.name == "dist-notebook-warm":
+                thread.join(timeout=120)
 
     @staticmethod
     def quietly(fn: Any, *args: Any) -> Any:
