@@ -5,22 +5,36 @@ from __future__ import annotations
 import html
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from IPython.display import display, publish_display_data
 
+TAIL_LINES = 20  # lines of each rank's output a run keeps for the panel's run tab
+
 
 class LabelledPrinter:
-    """A sink for ``run_on_ranks``: prefixes every line with its rank."""
+    """A sink for ``run_on_ranks``: prefixes every line with its rank, and keeps the last
+    TAIL_LINES lines of each rank's output (``tail(rank)``)."""
 
     def __init__(self) -> None:
         self._at_line_start: dict[tuple[int, str], bool] = {}
+        self._tails: dict[int, deque[str]] = {}
+
+    def tail(self, rank: int) -> str:
+        return "".join(self._tails.get(rank, ()))
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self._tails)
 
     def __call__(self, rank: int, kind: str, payload: Any) -> None:
         if kind == "display":
             publish_display_data(payload.get("data", {}), payload.get("metadata", {}))
             return
+        lines = self._tails.setdefault(rank, deque(maxlen=TAIL_LINES))
+        lines.extend(str(payload).splitlines(keepends=True))
         stream = sys.stderr if kind == "stderr" else sys.stdout
         stream.write(self._label(rank, kind, payload))
         stream.flush()

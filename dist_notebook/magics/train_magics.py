@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..export import ExportUnavailable
 from ..export import check as check_exports
+from ..store.recorder import record
 from ..training import RunSpec, RunState, TrainingRun
 from ..training.run import RunResult
 from .args import (
@@ -180,6 +181,8 @@ class TrainMagics(Magics):
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
         self.session.run = run
+        # The run tab of the panel shows the flags the run was started with.
+        record(cluster.writer(), "add_event", "command", flags.strip(), run_id=run.id)
         if args.background:
             thread = threading.Thread(
                 target=self._execute,
@@ -198,7 +201,19 @@ class TrainMagics(Magics):
     def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
         # A blocking cell handles the live view's messages (its Stop) while it waits.
         idle = dashboard.idle if dashboard is not None and raise_errors else None
-        result = run.run(sink=LabelledPrinter(), idle=idle)
+        printer = LabelledPrinter()
+        try:
+            result = run.run(sink=printer, idle=idle)
+        finally:
+            for rank in printer.ranks:  # the last lines of each rank, for the run tab
+                record(
+                    run.cluster.writer(),
+                    "add_event",
+                    "output",
+                    printer.tail(rank),
+                    run_id=run.id,
+                    rank=rank,
+                )
         try:
             if dashboard is not None:
                 dashboard.finish(result)

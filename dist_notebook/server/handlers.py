@@ -1,8 +1,8 @@
 """HTTP handlers: each turns a request into one call on the manager and its answer into JSON.
 
 Errors a client can cause are JSON with a message: an unknown id is 404, a bad parameter
-400, a cluster that cannot be reached 409, an interrupt or stop that failed on the
-cluster 502, an unreadable run store 503.
+400, a cluster that cannot be reached (or a run still going, to delete) 409, an interrupt
+or stop that failed on the cluster 502, an unreadable run store 503.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .manager import (
     ClusterActionError,
     ClusterUnreachableError,
     InvalidParameterError,
+    RunInProgressError,
     RunStoreManager,
     StoreError,
     UnknownIdError,
@@ -43,7 +44,7 @@ def _client_errors(method: F) -> F:
             raise web.HTTPError(404, str(e.args[0])) from e
         except InvalidParameterError as e:
             raise web.HTTPError(400, str(e)) from e
-        except ClusterUnreachableError as e:
+        except (ClusterUnreachableError, RunInProgressError) as e:
             raise web.HTTPError(409, str(e)) from e
         except ClusterActionError as e:
             raise web.HTTPError(502, str(e)) from e
@@ -117,6 +118,26 @@ class RunHandler(BaseHandler):
     @_client_errors
     async def get(self, run_id: str) -> None:
         self.reply(self.manager.run(run_id))
+
+    @web.authenticated
+    @authorized
+    @_client_errors
+    async def delete(self, run_id: str) -> None:
+        self.reply(self.manager.delete_run(run_id))
+
+
+class PruneHandler(BaseHandler):
+    @web.authenticated
+    @authorized
+    @_client_errors
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, 'the body must be JSON: {"before": <seconds>}') from None
+        if not isinstance(body, dict) or "before" not in body:
+            raise web.HTTPError(400, 'the body must be JSON: {"before": <seconds>}')
+        self.reply(self.manager.prune(body["before"]))
 
 
 class MetricsHandler(BaseHandler):

@@ -52,6 +52,10 @@ class ClusterUnreachableError(RuntimeError):
     """The cluster's ipyparallel processes cannot be reached to act on them."""
 
 
+class RunInProgressError(RuntimeError):
+    """A run that is still going cannot be deleted."""
+
+
 class ClusterActionError(RuntimeError):
     """Reaching the cluster worked, but the interrupt or stop itself failed."""
 
@@ -166,6 +170,36 @@ class RunStoreManager:
         if found is None:
             raise UnknownIdError(f"no run with id {run_id!r}")
         return found.to_json()
+
+    # deleting ---------------------------------------------------------------
+    def delete_run(self, run_id: str) -> dict[str, Any]:
+        """Delete a run that ended, with its records (as %dist_runs --delete does)."""
+        run = self.run(run_id)
+        if run["state"] in ("pending", "running"):
+            raise RunInProgressError(
+                f"run {run['name']!r} ({run_id}) is {run['state']}: stop it first (Interrupt"
+                " or Stop its cluster), then delete it"
+            )
+        writer = StoreWriter(self.path)
+        try:
+            writer.delete_runs([run_id])
+        finally:
+            writer.close()
+        return {"id": run_id, "deleted": True}
+
+    def prune(self, before: Any) -> dict[str, Any]:
+        """Delete ended runs started before *before* (epoch seconds) and ended clusters
+        left without runs (as %dist_runs --prune-before does)."""
+        if isinstance(before, bool) or not isinstance(before, int | float) or before != before:
+            raise InvalidParameterError(
+                f"before must be a time in seconds since the epoch, not {before!r}"
+            )
+        writer = StoreWriter(self.path)
+        try:
+            runs, clusters = writer.prune(float(before))
+        finally:
+            writer.close()
+        return {"runs": runs, "clusters": clusters}
 
     def _cluster_row(self, cluster_id: str) -> dict[str, Any]:
         with self._reader() as reader:
@@ -384,6 +418,7 @@ __all__ = [
     "ClusterActionError",
     "ClusterUnreachableError",
     "InvalidParameterError",
+    "RunInProgressError",
     "RunStoreManager",
     "StoreError",
     "UnknownIdError",

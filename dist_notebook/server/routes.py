@@ -2,10 +2,15 @@
 
 GET  clusters                      clusters, newest first, each with its ranks
 GET  clusters/<id>                 one cluster
-POST clusters/<id>/interrupt       SIGINT to every engine of the cluster
-POST clusters/<id>/stop            stop engines and controller (idempotent)
+POST clusters/<id>/interrupt       the owning kernel's interrupt (its run cancelled); with
+                                   the kernel gone, SIGINT to every engine
+POST clusters/<id>/stop            %dist_cluster stop in the owning kernel; with the kernel
+                                   gone, the server stops the processes (idempotent)
 GET  runs?cluster=<id>&state=<s>   runs, newest first, without their code
-GET  runs/<id>                     one run, with its code and per-rank states
+GET  runs/<id>                     one run, with its code, flags, per-rank states and the
+                                   last lines of each rank's output
+DELETE runs/<id>                   delete a run that ended, with its records
+POST runs/prune {"before": <s>}    delete ended runs started before; {"runs", "clusters"}
 GET  runs/<id>/metrics?since=<seq>&limit=<n>
                                    {"run", "since", "last_seq", "more", "records"}: the
                                    records with seq > since, oldest first, each
@@ -33,6 +38,7 @@ from .handlers import (
     ClusterHandler,
     ClustersHandler,
     MetricsHandler,
+    PruneHandler,
     RunHandler,
     RunsHandler,
     SummaryHandler,
@@ -57,6 +63,7 @@ def setup_routes(web_app: Any, manager: RunStoreManager) -> None:
             (api("clusters", _ID), ClusterHandler),
             (api("clusters", _ID, "(interrupt|stop)"), ClusterActionHandler),
             (api("runs"), RunsHandler),
+            (api("runs", "prune"), PruneHandler),
             (api("runs", _ID), RunHandler),
             (api("runs", _ID, "metrics"), MetricsHandler),
             (api("runs", _ID, "summary"), SummaryHandler),

@@ -130,6 +130,14 @@ class StoreReader:
         rows[0]["ranks"] = self._query(
             "SELECT rank, state, error FROM run_ranks WHERE run_id = ? ORDER BY rank", (run_id,)
         )
+        # What the magic recorded beside the run: its flags, each rank's last output lines.
+        notes = self._query(
+            "SELECT kind, rank, message FROM events WHERE run_id = ? AND kind IN"
+            " ('command', 'output') ORDER BY seq",
+            (run_id,),
+        )
+        rows[0]["flags"] = next((n["message"] for n in notes if n["kind"] == "command"), None)
+        rows[0]["output"] = {str(n["rank"]): n["message"] for n in notes if n["kind"] == "output"}
         return rows[0]
 
     def find_run(self, name_or_id: str) -> dict[str, Any] | None:

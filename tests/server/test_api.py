@@ -19,8 +19,8 @@ async def get_json(jp_fetch, *parts, **params):
     return json.loads(response.body)
 
 
-async def error_of(jp_fetch, *parts, method="GET", **params):
-    kwargs = {"body": b""} if method == "POST" else {}
+async def error_of(jp_fetch, *parts, method="GET", body=b"", **params):
+    kwargs = {"body": body} if method == "POST" else {}
     with pytest.raises(HTTPClientError) as info:
         await jp_fetch(*API, *parts, method=method, params=params or None, **kwargs)
     return info.value.code, json.loads(info.value.response.body)["message"]
@@ -195,3 +195,29 @@ async def test_actions_on_an_orphan_without_processes_are_409(jp_fetch, writer):
     assert (await get_json(jp_fetch, "clusters", "c-gone"))["state"] == "orphaned"
     code, text = await error_of(jp_fetch, "clusters", "c-gone", "interrupt", method="POST")
     assert code == 409 and "cannot be reached" in text
+
+
+async def test_delete_a_run_that_ended(jp_fetch, filled_store):
+    filled_store.add_event("command", "--name warmup --steps 5", run_id=DONE)
+    filled_store.add_event("output", "loss 0.1\ndone\n", run_id=DONE, rank=1)
+    run = await get_json(jp_fetch, "runs", DONE)
+    assert run["flags"] == "--name warmup --steps 5" and run["output"] == {"1": "loss 0.1\ndone\n"}
+    response = await jp_fetch(*API, "runs", DONE, method="DELETE")
+    assert json.loads(response.body) == {"id": DONE, "deleted": True}
+    assert [r["id"] for r in await get_json(jp_fetch, "runs")] == [RUNNING]
+    code, text = await error_of(jp_fetch, "runs", DONE)
+    assert code == 404
+
+
+async def test_a_running_run_is_not_deleted(jp_fetch, filled_store):
+    code, text = await error_of(jp_fetch, "runs", RUNNING, method="DELETE")
+    assert code == 409 and "is running: stop it first" in text
+
+
+async def test_prune(jp_fetch, filled_store):
+    response = await jp_fetch(*API, "runs", "prune", method="POST", body=b'{"before": 1e12}')
+    assert json.loads(response.body) == {"runs": 1, "clusters": 0}  # the running one stays
+    assert [r["id"] for r in await get_json(jp_fetch, "runs")] == [RUNNING]
+    for body in (b"nope", b"{}", b'{"before": "soon"}'):
+        code, text = await error_of(jp_fetch, "runs", "prune", method="POST", body=body)
+        assert code == 400 and "before" in text

@@ -28,6 +28,7 @@ import time
 for step in range(600):
     time.sleep(0.1)
     report(step=step, loss=1.0 / (step + 1), samples=8)
+    print("step", step)
 """
 
 
@@ -73,7 +74,11 @@ async def test_panel_interrupt_and_stop_through_the_owning_kernel(
         reply = await post(jp_fetch, cluster.id, "interrupt")
         assert reply["via"] == "kernel" and reply["result"] == "run ctl-interrupt cancelled"
         await until(lambda: run.state.value == "cancelled", 60, "the run to be cancelled")
-        assert stored_run(run.id)["state"] == "cancelled"
+        stored = stored_run(run.id)
+        assert stored["state"] == "cancelled"
+        # The panel's run tab gets the flags and the last lines of each rank's output.
+        assert stored["flags"] == "--name ctl-interrupt --background --no-dashboard"
+        assert set(stored["output"]) == {"0", "1"} and "step 2\n" in stored["output"]["0"]
         # The cluster is still the user's: ready, and it runs the next cell.
         await until(lambda: cluster.state.value == "ready", 30, "a ready cluster")
         assert shell.run_line_magic("dist_pull", "rank + 40 --rank 1") == 41
