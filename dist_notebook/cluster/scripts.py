@@ -18,10 +18,10 @@ def run_script(
     and our group is re-created afterwards, so the ranks' Python state is kept.
     """
     apply_on_ranks(cluster, group.destroy_group)
-    port = apply_on_ranks(
-        cluster, group.host_store, cluster.spec.ip, cluster.spec.timeout, ranks=[0]
-    )[0].value
-    apply_on_ranks(cluster, group.export_rendezvous, cluster.spec.ip, port)
+    addr = cluster.master_addr or cluster.spec.ip  # rank 0's own address on remote hosts
+    store = apply_on_ranks(cluster, group.host_store, addr, cluster.spec.timeout, ranks=[0])
+    port = store[0].value
+    apply_on_ranks(cluster, group.export_rendezvous, addr, port)
     try:
         outputs = apply_on_ranks(cluster, script.run_script, path, argv, sink=sink)
         return {o.rank: int(o.value) for o in outputs}
