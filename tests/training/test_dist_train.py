@@ -127,18 +127,22 @@ def test_another_process_reads_the_store_during_a_run(
     trainer: Any, shell: Any, throwaway_store: str
 ) -> None:
     with capture_output():
-        shell.run_cell_magic("dist_train", "--background --name watched", "train(80, pause=0.05)")
-    run = trainer.last_run
+        shell.run_cell_magic("dist_train", "--background --name watched", "train(300, pause=0.05)")
+    run = trainer.last_run  # 15 s: the reader below starts while it runs, even under load
     wait_for(lambda: run.metrics.count >= 4, 20, "the first records")
     reader = textwrap.dedent(f"""
         import json, time
         from pathlib import Path
         from dist_notebook.store import StoreReader
         reader = StoreReader(Path({throwaway_store!r}))
-        seen = []
-        for _ in range(2):
-            seen.append((len(reader.metrics({run.id!r})), reader.run({run.id!r})["state"]))
-            time.sleep(0.3)
+        seen = [(len(reader.metrics({run.id!r})), reader.run({run.id!r})["state"])]
+        deadline = time.monotonic() + 20  # until the store grows: an event, not a sleep
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = len(reader.metrics({run.id!r}))
+            if now > seen[0][0]:
+                break
+        seen.append((now, reader.run({run.id!r})["state"]))
         print(json.dumps(seen))
     """)
     done = subprocess.run(
@@ -147,9 +151,9 @@ def test_another_process_reads_the_store_during_a_run(
     assert done.returncode == 0, done.stderr
     (first, first_state), (second, _) = json.loads(done.stdout)
     assert first_state == "running"
-    assert 0 < first < second <= 160
+    assert 0 < first < second <= 600
     result = result_of(trainer, run)
-    assert result.state.value == "succeeded" and len(StoreReader().metrics(run.id)) == 160
+    assert result.state.value == "succeeded" and len(StoreReader().metrics(run.id)) == 600
 
 
 def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
@@ -164,8 +168,9 @@ def test_stop_button_cancels_every_rank(trainer: Any, shell: Any) -> None:
     # what a click on the live view's Stop sends over the widget's comm
     dashboard.widget._handle_custom_msg({"kind": "stop"}, [])
     assert dashboard.stop_requested
-    result = result_of(trainer, run, timeout=15)
-    assert time.monotonic() - clicked < 8
+    result = result_of(trainer, run, timeout=30)
+    # The run would go on ~40 s; the bound is for a loaded machine (typically ~1 s).
+    assert time.monotonic() - clicked < 20
     assert result.state.value == "cancelled" and result.error is None
     assert run.rank_states == {0: "cancelled", 1: "cancelled"}
     stored = StoreReader().run(run.id)
