@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -218,6 +219,7 @@ def one(method: str, n: int, timeout: float) -> dict[str, Any]:
         cmd = common.torchrun_cmd(here, n, "--child", "torchrun_rank")
     else:
         cmd = [common.PY, here, "--child", method, "--n", str(n)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.Popen(
         cmd,
@@ -248,8 +250,11 @@ def one(method: str, n: int, timeout: float) -> dict[str, Any]:
             "error": f"exit {proc.returncode}: " + (tail[-1] if tail else "no output"),
             "stderr": err[-3000:],
         }
-    # A warm start counts from the start the user asks for, not from the spawn.
-    return {"seconds": res["done"] - res.get("since", t0)}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # A warm start counts from the start the user asks for, not from the spawn. CPU: every
+    # process of the child's tree that was waited for, the untimed stop included.
+    return {"seconds": res["done"] - res.get("since", t0), "cpu_seconds": cpu}
 
 
 def main() -> None:
@@ -272,6 +277,7 @@ def main() -> None:
     methods = args.methods.split(",")
     sizes = [int(x) for x in args.ranks.split(",")]
     raw: dict[str, dict[str, list[float]]] = {str(n): {m: [] for m in methods} for n in sizes}
+    cpu: dict[str, dict[str, list[float]]] = {str(n): {m: [] for m in methods} for n in sizes}
     errors: dict[str, dict[str, str]] = {str(n): {} for n in sizes}
     for rep in range(args.reps):
         for n in sizes:
@@ -287,7 +293,12 @@ def main() -> None:
                     )
                 else:
                     raw[str(n)][m].append(r["seconds"])
-                    print(f"rep {rep + 1} n={n} {m}: {r['seconds']:.2f} s", flush=True)
+                    cpu[str(n)][m].append(r["cpu_seconds"])
+                    print(
+                        f"rep {rep + 1} n={n} {m}: {r['seconds']:.2f} s "
+                        f"({r['cpu_seconds']:.1f} CPU s)",
+                        flush=True,
+                    )
                 time.sleep(0.5)
 
     results: dict[str, Any] = {}
@@ -302,6 +313,8 @@ def main() -> None:
                 s["error"] = errors[key][m]
             if ref_med and s.get("median"):
                 s["vs_torchrun"] = s["median"] / ref_med
+            if cpu[key][m]:
+                s["cpu_seconds"] = common.stats(cpu[key][m])
             results[key][m] = s
     common.write_result(
         "cold_start",

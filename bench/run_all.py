@@ -161,7 +161,18 @@ def section_cold(d: dict[str, Any]) -> str:
             )
         cells += [fmt(d["results"][n][m].get("vs_torchrun"), 2, "x") for n in sizes]
         rows.append([LABELS.get(m, m)] + cells)
-    return md_table(head, rows)
+    text = md_table(head, rows)
+    cpu = []
+    for m in d["results"][sizes[0]]:
+        per = [d["results"][n][m].get("cpu_seconds", {}).get("median") for n in sizes]
+        if all(v is not None for v in per):
+            cpu.append(f"{LABELS.get(m, m)} {' / '.join(f'{v:.1f}' for v in per)}")
+    if cpu:
+        text += (
+            f"\n\nCPU seconds per start ({' / '.join(sizes)} ranks, median; every process of "
+            "the tree, its stop included): " + "; ".join(cpu) + "."
+        )
+    return text
 
 
 def section_round_trip(d: dict[str, Any], dispatch: dict[str, Any] | None) -> str:
