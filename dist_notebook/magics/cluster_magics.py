@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -27,6 +28,7 @@ from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_
 from .session import Session
 
 ACTIONS = ("start", "status", "stop", "restart", "stacks", "scale")
+STOPPING_WAIT_S = 60.0  # a start waits this long for a stop in progress to finish
 
 
 EXAMPLES = """
@@ -159,6 +161,11 @@ class ClusterMagics(Magics):
 
     def _start(self, args: Any) -> None:
         current = self.session.cluster
+        if current is not None and current.state == ClusterState.STOPPING:
+            # A stop from the panel is finishing: the new cluster starts once it has.
+            deadline = time.monotonic() + STOPPING_WAIT_S
+            while current.state == ClusterState.STOPPING and time.monotonic() < deadline:
+                time.sleep(0.1)
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
             raise UsageError(
                 f"a cluster is already {current.state.value}: use %dist_cluster restart, "

@@ -12,4 +12,10 @@ export namespace CommandIDs {
   export const stopCluster = 'dist-notebook:stop-cluster';
   /** Open a run's curves in the main area; args: { runId }. */
   export const openRun = 'dist-notebook:open-run';
+  /** Overlay the curves of two or more runs in one tab; args: { runIds }. */
+  export const overlayRuns = 'dist-notebook:overlay-runs';
+  /** Delete runs that ended, after a confirmation; args: { runIds }. */
+  export const deleteRuns = 'dist-notebook:delete-runs';
+  /** Delete every ended run started before a date the user picks. */
+  export const pruneRuns = 'dist-notebook:prune-runs';
 }

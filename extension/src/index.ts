@@ -11,6 +11,7 @@ import {
 import {
   Dialog,
   ICommandPalette,
+  InputDialog,
   MainAreaWidget,
   showDialog,
   showErrorMessage,
@@ -23,7 +24,8 @@ import { CommandIDs } from './commands';
 import { distIcon } from './icon';
 import { DistModel, RunModel } from './model';
 import { DistPanel } from './panel';
-import { postClusterAction } from './request';
+import { OverlayView } from './overlay';
+import { deleteRun, postClusterAction, pruneRuns } from './request';
 import { RunView } from './runview';
 import type { ClusterAction } from './types';
 
@@ -41,12 +43,12 @@ const DEFAULTS: ISettings = { pollInterval: 1000, stragglerThreshold: 0.2 };
 const CONFIRM: Record<ClusterAction, { title: string; body: string; label: string }> = {
   interrupt: {
     title: 'Interrupt cluster',
-    body: 'Interrupt the cell running on every rank of cluster %s? Each rank raises KeyboardInterrupt; the engines keep their state.',
+    body: "Interrupt cluster %s through its kernel? A training run is cancelled (as the kernel's interrupt does); the ranks keep their state.",
     label: 'Interrupt'
   },
   stop: {
     title: 'Stop cluster',
-    body: 'Stop cluster %s? Its engines and controller exit, and everything defined on them is lost.',
+    body: 'Stop cluster %s as %dist_cluster stop in its kernel? A training run is cancelled, the engines exit, and everything defined on them is lost.',
     label: 'Stop'
   }
 };
@@ -113,6 +115,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       execute: args => act('stop', String(args.clusterId))
     });
 
+    addRunCommands(app, model, settings.pollInterval);
+
     app.commands.addCommand(CommandIDs.openRun, {
       label: args => (args.runId ? `Open Run ${args.runId}` : 'Open Run'),
       execute: args => {
@@ -170,5 +174,85 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/** Overlay, delete and prune: the run list's actions. */
+function addRunCommands(
+  app: JupyterFrontEnd,
+  model: DistModel,
+  interval: number
+): void {
+  let overlays = 0;
+  app.commands.addCommand(CommandIDs.overlayRuns, {
+    label: 'Overlay Selected Runs',
+    execute: args => {
+      const ids = (args.runIds as string[] | undefined) ?? [];
+      const runs = model.runs.filter(r => ids.includes(r.id));
+      const view = new OverlayView(runs, interval);
+      const widget = new MainAreaWidget({ content: view });
+      widget.id = `dist-notebook-overlay-${++overlays}`;
+      widget.title.label = `Overlay: ${runs.map(r => r.name).join(', ')}`;
+      widget.title.icon = distIcon;
+      widget.title.closable = true;
+      widget.addClass('dn-runview-widget');
+      app.shell.add(widget, 'main');
+      app.shell.activateById(widget.id);
+      return widget;
+    }
+  });
+  app.commands.addCommand(CommandIDs.deleteRuns, {
+    label: 'Delete Selected Runs',
+    execute: async args => {
+      const ids = (args.runIds as string[] | undefined) ?? [];
+      const names = model.runs.filter(r => ids.includes(r.id)).map(r => r.name);
+      const answer = await showDialog({
+        title: `Delete ${ids.length} run${ids.length === 1 ? '' : 's'}`,
+        body: `Delete ${names.join(', ')} with all their records? This cannot be undone.`,
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+      for (const runId of ids) {
+        try {
+          await deleteRun(runId);
+        } catch (error) {
+          await showErrorMessage('Delete run failed', error as Error);
+        }
+      }
+      await model.refresh();
+    }
+  });
+  app.commands.addCommand(CommandIDs.pruneRuns, {
+    label: 'Prune Runs Before a Date',
+    execute: async () => {
+      const answer = await InputDialog.getText({
+        title: 'Delete every ended run started before (YYYY-MM-DD)',
+        placeholder: '2026-11-01'
+      });
+      if (!answer.button.accept || !answer.value) {
+        return;
+      }
+      const before = new Date(answer.value + 'T00:00').getTime() / 1000;
+      if (Number.isNaN(before)) {
+        await showErrorMessage(
+          'Prune runs',
+          `${answer.value} is not a date: write it like 2026-11-01`
+        );
+        return;
+      }
+      try {
+        const pruned = await pruneRuns(before);
+        await showDialog({
+          title: 'Runs pruned',
+          body: `Deleted ${pruned.runs} runs and ${pruned.clusters} stopped clusters.`,
+          buttons: [Dialog.okButton()]
+        });
+      } catch (error) {
+        await showErrorMessage('Prune runs failed', error as Error);
+      }
+      await model.refresh();
+    }
+  });
+}
 
 export default [plugin, liveRunPlugin];

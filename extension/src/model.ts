@@ -7,14 +7,13 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { fetchClusters, fetchMetrics, fetchRun, fetchRuns } from './request';
 import { RunSeries } from './series';
+import { ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES } from './types';
 import type { IClusterModel, IRunDetailModel, IRunModel } from './types';
 
 /** Failed requests back off up to this interval. */
 const MAX_BACKOFF_MS = 30 * 1000;
 /** Pages of metrics fetched in one tick before the view gets to draw. */
 const MAX_PAGES_PER_TICK = 10;
-
-const ACTIVE_RUN_STATES = new Set(['pending', 'running']);
 
 export function isActive(run: IRunModel): boolean {
   return ACTIVE_RUN_STATES.has(run.state);
@@ -127,6 +126,16 @@ export class DistModel extends PollingModel {
 
   get clusters(): readonly IClusterModel[] {
     return this._clusters;
+  }
+
+  /** Clusters with processes to act on, newest first. */
+  get liveClusters(): IClusterModel[] {
+    return this._clusters.filter(c => !ENDED_CLUSTER_STATES.has(c.state));
+  }
+
+  /** Stopped, failed and orphaned clusters: the history, newest first. */
+  get endedClusters(): IClusterModel[] {
+    return this._clusters.filter(c => ENDED_CLUSTER_STATES.has(c.state));
   }
 
   get runs(): readonly IRunModel[] {

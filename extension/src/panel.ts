@@ -1,6 +1,8 @@
 /**
- * The side panel: clusters and their ranks, the current run's loss curve, the run
- * history. It renders a DistModel and sends user actions to commands.
+ * The side panel, in the order a user looks: live clusters with their ranks and
+ * actions, the current run's curve, the runs (searchable, filterable, selectable), and
+ * the stopped clusters folded into a history without buttons. It renders a DistModel
+ * and sends user actions to commands.
  */
 import { CommandRegistry } from '@lumino/commands';
 import { Message } from '@lumino/messaging';
@@ -11,10 +13,8 @@ import { CurveView } from './curve';
 import { h, setText, syncChildren } from './dom';
 import { DistModel } from './model';
 import { formatBytes, formatNumber, IRankStats, stragglers } from './series';
+import { formatWhen, RunList } from './runlist';
 import type { IClusterModel, IRankModel, IRunModel } from './types';
-
-/** Cluster states in which there are no processes to act on. */
-const ENDED = new Set(['stopped', 'failed']);
 
 export function formatTime(seconds: number | null): string {
   return seconds === null ? '' : new Date(seconds * 1000).toLocaleTimeString();
@@ -35,12 +35,18 @@ export class DistPanel extends Widget {
   private readonly _runTitle = h('div', 'dn-current-run-title');
   private readonly _curve = new CurveView('loss', 'dn-run-curve');
   private readonly _current = h('section', 'dn-current-run');
-  private readonly _runs = h('ul', 'dn-runs');
+  private readonly _runs: RunList;
+  private readonly _history = h('details', 'dn-cluster-history');
+  private readonly _historySummary = h('summary', 'dn-cluster-history-title');
+  private readonly _ended = h('ul', 'dn-ended-clusters');
+  /** When the first answer of the server was drawn (ms, performance.now()). */
+  firstRender: number | null = null;
 
   constructor(options: DistPanel.IOptions) {
     super();
     this.model = options.model;
     this._commands = options.commands;
+    this._runs = new RunList(options.commands);
     this.addClass('dn-panel');
     this.node.dataset.testId = 'dist-notebook-panel';
 
@@ -58,15 +64,21 @@ export class DistPanel extends Widget {
       this._runTitle,
       this._curve.node
     );
-    const history = h('section', 'dn-history');
-    history.append(h('h3', 'dn-section-title', 'Runs'), this._runs);
     const clusters = h('section', 'dn-clusters-section');
     clusters.append(
       h('h3', 'dn-section-title', 'Clusters'),
       this._noClusters,
       this._clusters
     );
-    this.node.append(header, this._error, clusters, this._current, history);
+    this._history.append(this._historySummary, this._ended);
+    this.node.append(
+      header,
+      this._error,
+      clusters,
+      this._current,
+      this._runs.node,
+      this._history
+    );
 
     this.model.changed.connect(this.update, this);
   }
@@ -90,7 +102,12 @@ export class DistPanel extends Widget {
     const slow = stragglers(stats, this.stragglerThreshold);
     this._renderClusters(run, stats, slow);
     this._renderCurrent(run, slow);
-    this._renderRuns(run);
+    this._runs.render(model.runs, run);
+    this._renderHistory();
+    if (this.firstRender === null && (model.clusters.length || model.runs.length)) {
+      this.firstRender = performance.now();
+      this.node.dataset.firstRenderMs = String(Math.round(this.firstRender));
+    }
   }
 
   private _renderClusters(
@@ -98,8 +115,14 @@ export class DistPanel extends Widget {
     stats: IRankStats[],
     slow: Set<number>
   ): void {
-    const clusters = this.model.clusters;
+    const clusters = this.model.liveClusters;
     this._noClusters.hidden = clusters.length > 0;
+    setText(
+      this._noClusters,
+      this.model.clusters.length
+        ? 'No live cluster: %dist_cluster start in a notebook. Stopped ones are in the history below.'
+        : 'No cluster yet. In a notebook: %load_ext dist_notebook, then %dist_cluster start.'
+    );
     syncChildren(
       this._clusters,
       clusters,
@@ -121,7 +144,8 @@ export class DistPanel extends Widget {
       'jp-Button jp-mod-styled jp-mod-reject dn-interrupt-button',
       'Interrupt'
     );
-    interrupt.title = 'Interrupt the running cell on every rank (KeyboardInterrupt)';
+    interrupt.title =
+      "Interrupt through the cluster's kernel: a training run is cancelled, the cluster stays";
     interrupt.addEventListener('click', () =>
       this._commands.execute(CommandIDs.interruptCluster, { clusterId: cluster.id })
     );
@@ -130,7 +154,8 @@ export class DistPanel extends Widget {
       'jp-Button jp-mod-styled jp-mod-warn dn-stop-button',
       'Stop'
     );
-    stop.title = 'Stop the engines and the controller of this cluster';
+    stop.title =
+      "Stop through the cluster's kernel, as %dist_cluster stop there: the run is cancelled";
     stop.addEventListener('click', () =>
       this._commands.execute(CommandIDs.stopCluster, { clusterId: cluster.id })
     );
@@ -145,8 +170,18 @@ export class DistPanel extends Widget {
     const table = h('table', 'dn-ranks');
     const head = h('thead', '');
     const row = h('tr', '');
-    for (const title of ['', 'rank', 'device', 'step', 'samples/s', 'GPU mem']) {
-      row.append(h('th', '', title));
+    const titles: [string, string][] = [
+      ['', ''],
+      ['rank', ''],
+      ['device', ''],
+      ['step', 'last step reported'],
+      ['samples/s', 'samples per second over the last steps'],
+      ['GPU', 'GPU memory in use']
+    ];
+    for (const [title, tip] of titles) {
+      const th = h('th', '', title);
+      th.title = tip;
+      row.append(th);
     }
     head.append(row);
     table.append(head, h('tbody', 'dn-ranks-body'));
@@ -173,9 +208,9 @@ export class DistPanel extends Widget {
       node.querySelector('.dn-cluster-backend')!,
       backend.filter(Boolean).join(' · ')
     );
-    const ended = ENDED.has(cluster.state);
-    node.querySelector<HTMLButtonElement>('.dn-interrupt-button')!.disabled = ended;
-    node.querySelector<HTMLButtonElement>('.dn-stop-button')!.disabled = ended;
+    const busy = cluster.state === 'stopping' || cluster.state === 'new';
+    node.querySelector<HTMLButtonElement>('.dn-interrupt-button')!.disabled = busy;
+    node.querySelector<HTMLButtonElement>('.dn-stop-button')!.disabled = busy;
     const byRank = new Map(stats.map(s => [s.rank, s]));
     syncChildren(
       node.querySelector('.dn-ranks-body')!,
@@ -201,36 +236,30 @@ export class DistPanel extends Widget {
     this._curve.update(this.model.series, slow);
   }
 
-  private _renderRuns(current: IRunModel | null): void {
+  /** Stopped, failed and orphaned clusters: one line each, folded, no buttons. */
+  private _renderHistory(): void {
+    const ended = this.model.endedClusters;
+    this._history.hidden = ended.length === 0;
+    setText(this._historySummary, `History: ${ended.length} stopped clusters`);
     syncChildren(
-      this._runs,
-      this.model.runs,
-      r => r.id,
-      r => {
-        const item = h('li', 'dn-run-item');
-        item.dataset.runId = r.id;
-        item.tabIndex = 0;
-        item.title = 'Open the curves of this run';
-        const open = () => this._commands.execute(CommandIDs.openRun, { runId: r.id });
-        item.addEventListener('click', open);
-        item.addEventListener('keydown', e => {
-          if (e.key === 'Enter') {
-            void open();
-          }
-        });
-        item.append(
-          h('span', 'dn-run-name'),
-          h('span', 'dn-run-state'),
-          h('span', 'dn-run-time')
-        );
+      this._ended,
+      ended,
+      c => c.id,
+      c => {
+        const item = h('li', 'dn-ended-cluster');
+        item.dataset.clusterId = c.id;
         return item;
       },
-      (item, r) => {
-        item.dataset.state = r.state;
-        item.classList.toggle('dn-mod-current', r.id === current?.id);
-        setText(item.querySelector('.dn-run-name')!, r.name);
-        setText(item.querySelector('.dn-run-state')!, r.state);
-        setText(item.querySelector('.dn-run-time')!, formatTime(r.started));
+      (item, c) => {
+        item.dataset.state = c.state;
+        const parts = [
+          c.id,
+          c.state,
+          c.backend,
+          `${c.ranks.length || c.n} ranks`,
+          formatWhen(c.started)
+        ];
+        setText(item, parts.filter(Boolean).join(' · '));
       }
     );
   }

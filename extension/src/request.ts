@@ -9,6 +9,7 @@ import type {
   IActionReply,
   IClusterModel,
   IMetricsPage,
+  IPruneReply,
   IRunDetailModel,
   IRunModel
 } from './types';
@@ -90,5 +91,18 @@ export function postClusterAction(
 ): Promise<IActionReply> {
   return requestAPI<IActionReply>(`clusters/${id(clusterId)}/${action}`, {
     method: 'POST'
+  });
+}
+
+/** Delete a run that ended, with its records. */
+export function deleteRun(runId: string): Promise<{ id: string; deleted: boolean }> {
+  return requestAPI(`runs/${id(runId)}`, { method: 'DELETE' });
+}
+
+/** Delete the ended runs started before *before* (seconds since the epoch). */
+export function pruneRuns(before: number): Promise<IPruneReply> {
+  return requestAPI<IPruneReply>('runs/prune', {
+    method: 'POST',
+    body: JSON.stringify({ before })
   });
 }

@@ -1,5 +1,6 @@
 /**
- * A main-area view of one run: its state and a curve for every metric it reported.
+ * A main-area view of one run: its state, the flags it was started with, its code, each
+ * rank's result and last output lines, and its curves in the shared chart component.
  */
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
@@ -10,6 +11,7 @@ import { RunModel } from './model';
 import { formatTime } from './panel';
 import type { IRunSummary } from './protocol';
 import { requestAPI } from './request';
+import { RunDetails } from './rundetails';
 import type { IExportModel } from './types';
 
 export class RunView extends Widget {
@@ -20,6 +22,7 @@ export class RunView extends Widget {
   private readonly _exports = h('div', 'dn-runview-exports');
   private _exportsShown = '';
   private readonly _curves = h('div', 'dn-runview-curves');
+  private readonly _details = new RunDetails();
   /** The run chart, the same component as the notebook cell's live view. */
   readonly chart = new ChartView();
   private _fed = 0;
@@ -30,7 +33,13 @@ export class RunView extends Widget {
     this.addClass('dn-runview');
     this.node.dataset.runId = model.runId;
     this._curves.append(this.chart.node);
-    this.node.append(this._summary, this._exports, this._error, this._curves);
+    this.node.append(
+      this._summary,
+      this._exports,
+      this._error,
+      this._curves,
+      this._details.node
+    );
     this.model.changed.connect(this.update, this);
   }
 
@@ -75,7 +84,12 @@ export class RunView extends Widget {
     this._fed = series.records.length;
     // The measures are the server's (GET runs/<id>/summary): drawn, never recomputed.
     requestAPI<IRunSummary>(`runs/${encodeURIComponent(this.runId)}/summary`).then(
-      summary => this.chart.setSummary(summary),
+      summary => {
+        this.chart.setSummary(summary);
+        if (run) {
+          this._details.render(run, summary);
+        }
+      },
       () => undefined // no summary yet: the curves alone; the next poll tries again
     );
   }

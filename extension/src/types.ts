@@ -1,13 +1,30 @@
 /**
  * Interfaces mirroring the JSON of the server extension's REST API
- * (dist_notebook/server/routes.py documents the routes).
+ * (dist_notebook/server/routes.py documents the routes). States and the record come
+ * from the contract (./protocol, generated from dist_notebook/protocol.py).
  */
+import type {
+  ClusterState,
+  EngineState,
+  IRecord,
+  RunRankState,
+  RunState
+} from './protocol';
 
-/** The state of one rank's engine. */
-export type RankState = 'idle' | 'running' | 'done' | 'failed' | 'dead';
+export type { ClusterState, EngineState, RunRankState, RunState };
 
-/** The state of a training run. */
-export type RunState = 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+/** Cluster states with no processes left to act on: shown in the history. */
+export const ENDED_CLUSTER_STATES: ReadonlySet<ClusterState> = new Set<ClusterState>([
+  'stopped',
+  'failed',
+  'orphaned'
+]);
+
+/** Run states of a run still going. */
+export const ACTIVE_RUN_STATES: ReadonlySet<RunState> = new Set<RunState>([
+  'pending',
+  'running'
+]);
 
 /** One rank of a cluster: an ipyparallel engine with its torch rank. */
 export interface IRankModel {
@@ -15,15 +32,14 @@ export interface IRankModel {
   host: string | null;
   pid: number | null;
   device: string | null;
-  state: RankState;
+  state: EngineState;
   engine_id?: number | null;
 }
 
 /** A cluster as GET clusters answers it. */
 export interface IClusterModel {
   id: string;
-  /** starting, running, stopped, failed, ... */
-  state: string;
+  state: ClusterState;
   backend: string | null;
   n: number;
   started: number;
@@ -47,7 +63,7 @@ export interface IRunModel {
 /** The state of one rank in one run. */
 export interface IRunRankModel {
   rank: number;
-  state: string;
+  state: RunRankState;
   error: string | null;
 }
 
@@ -55,6 +71,10 @@ export interface IRunRankModel {
 export interface IRunDetailModel extends IRunModel {
   code: string | null;
   ranks: IRunRankModel[];
+  /** The flags the run was started with (`%%dist_train --name ...`). */
+  flags?: string | null;
+  /** The last lines of each rank's output, by rank. */
+  output?: { [rank: string]: string };
   /** Where the run was exported (%%dist_train --tensorboard / --mlflow, load_run(...).to_*()). */
   exports?: IExportModel[];
 }
@@ -71,9 +91,12 @@ export interface IExportModel {
   run_id?: string;
 }
 
+/** A record as GET runs/<id>/metrics carries it: the protocol's, with its sequence. */
+export type ISeqRecord = IRecord & { seq: number };
+
 /**
- * One metrics record: sequence number, rank, step and time, plus the values the
- * rank reported (loss, samples, samples_per_s, step_time, comm_share, gpu_mem, ...).
+ * A record of version 1 of the API: the user's metrics beside the system fields. The
+ * series still read it (series.ts); the server sends ISeqRecord.
  */
 export interface IMetricRecord {
   seq: number;
@@ -90,14 +113,25 @@ export interface IMetricsPage {
   last_seq: number;
   /** True when the answer was cut at its limit: ask again at once. */
   more: boolean;
-  records: IMetricRecord[];
+  records: ISeqRecord[];
 }
 
 /** The answer of POST clusters/<id>/interrupt and clusters/<id>/stop. */
 export interface IActionReply {
   id: string;
   action: ClusterAction;
-  state: string;
+  state: ClusterState;
+  /** Who acted: the owning kernel, the server (its kernel is gone), or none (ended). */
+  via: 'kernel' | 'server' | 'none';
+  /** The kernel's word on what it did, e.g. "run digits cancelled". */
+  result?: string;
+  warning?: string;
+}
+
+/** The answer of POST runs/prune. */
+export interface IPruneReply {
+  runs: number;
+  clusters: number;
 }
 
 export type ClusterAction = 'interrupt' | 'stop';

@@ -84,9 +84,11 @@ def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[
     expect(cluster.locator('.dn-rank[data-rank="0"] .dn-rank-step')).to_have_text("39")
     shot(page, "notebook-done")
 
-    # Stop, confirmed: the cluster's state changes to stopped
+    # Stop, confirmed: the cluster stops and is folded into the history
+    cluster_id = cluster.get_attribute("data-cluster-id")
     cluster.locator(".dn-stop-button").click()
     page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-warn").click()
-    expect(cluster).to_have_attribute("data-state", "stopped", timeout=60_000)
-    expect(cluster.locator(".dn-stop-button")).to_be_disabled()
+    ended = panel.locator(f'.dn-ended-cluster[data-cluster-id="{cluster_id}"]')
+    expect(ended).to_have_attribute("data-state", "stopped", timeout=60_000)
+    expect(panel.locator(".dn-cluster")).to_have_count(0)
     shot(page, "notebook-stopped")

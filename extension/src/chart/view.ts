@@ -54,6 +54,8 @@ export class ChartView {
   smoothing = 0;
   log = false;
   zoom: IRange | null = null;
+  /** The name of a series in the legend and the hover: a rank, or (overlay) a run. */
+  seriesName: (key: number) => string = key => `rank ${key}`;
   /** Called after each draw (for measurements); never needed to use the chart. */
   onDraw: ((info: IDrawInfo) => void) | null = null;
   draws = 0;
@@ -310,7 +312,9 @@ export class ChartView {
       (item, k) => {
         item.classList.toggle('dn-straggler', stragglers.has(k));
         const text =
-          k === MEAN ? 'mean' : `rank ${k}${stragglers.has(k) ? ' (straggler)' : ''}`;
+          k === MEAN
+            ? 'mean'
+            : `${this.seriesName(k)}${stragglers.has(k) ? ' (straggler)' : ''}`;
         setText(item.lastElementChild as HTMLElement, text);
       }
     );
@@ -431,7 +435,7 @@ export class ChartView {
       row.dataset.rank = String(rank);
       row.append(
         h('span', `dn-chart-swatch dn-color-${colorIndex(rank)}`),
-        h('span', '', `rank ${rank}: ${formatNumber(p.value)}`)
+        h('span', '', `${this.seriesName(rank)}: ${formatNumber(p.value)}`)
       );
       rows.push(row);
     }
