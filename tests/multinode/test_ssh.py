@@ -40,6 +40,38 @@ def test_killed_host_fails_the_cell_naming_it_then_restart(shell: Any, cluster: 
     s.expect_killed_host(shell, cluster, HOSTS)
 
 
+# Training with checkpoints in which the ranks of h2 are killed at step 13.
+CKPT_CELL = """
+import os, signal, socket, torch, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.manual_seed(0)
+model = DDP(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+ckpt = checkpointer(model, opt)
+first_step = ckpt.restore()
+for step in range(first_step, 20):
+    if {kill} and socket.gethostname() == "h2" and step == 13:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = torch.randn(16, 4)
+    loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    report(step=step, loss=loss)
+    ckpt.save(step)
+"""
+
+
+def test_resume_after_a_host_failure_goes_on_from_the_checkpoint(
+    shell: Any, cluster: Any, tmp_path: Any
+) -> None:
+    flags = f"--name ssh-ckpt --no-dashboard --checkpoint-every 5 --checkpoint-dir {tmp_path}"
+    failed = shell.run_cell(f"%%dist_train {flags}\n" + CKPT_CELL.format(kill=True))
+    assert failed.error_in_exec is not None and "host h2" in str(failed.error_in_exec)
+    s.expect_restart(shell, cluster, HOSTS)
+    resumed = shell.run_cell(f"%%dist_train {flags} --resume\n" + CKPT_CELL.format(kill=False))
+    assert resumed.error_in_exec is None, resumed.error_in_exec
+    assert shell.run_line_magic("dist_pull", "first_step --all") == {0: 10, 1: 10, 2: 10}
+
+
 def test_host_link_down_fails_the_cell_then_restart(shell: Any, cluster: Any) -> None:
     hosts = cluster.test_hosts
     h2 = hosts.hosts[1]

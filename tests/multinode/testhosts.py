@@ -131,6 +131,16 @@ class Host:
         raise TimeoutError(f"{pidfile} not written on {self.name}")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the test process dies, even by SIGKILL (the
+    host's pid 1 then dies too: unshare --kill-child), so no host outlives its tests."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _inner_pid(pid: int) -> int:
     """The pid a process has inside its own PID namespace (NSpid's last field)."""
     with open(f"/proc/{pid}/status") as f:
@@ -201,6 +211,7 @@ class TestHosts:
             ],
             stdout=subprocess.PIPE,
             text=True,
+            preexec_fn=_die_with_parent,
         )
         assert init.stdout is not None
         if init.stdout.readline().strip() != "ready":
