@@ -35,7 +35,8 @@ from ..protocol import ClusterState
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from . import limits, reap, registry
-from .hosts import lost_ranks, remote_engine_env
+from .health import ClusterHealth
+from .hosts import remote_engine_env
 from .launchers import (
     OurControllerLauncher,
     PrivateCluster,
@@ -72,7 +73,7 @@ def _quiet(_: str) -> None:
     """The default progress sink: say nothing."""
 
 
-class DistCluster:
+class DistCluster(ClusterHealth):
     """ipyparallel controller + one engine per rank + the default process group."""
 
     def __init__(
@@ -132,77 +133,6 @@ class DistCluster:
                 return r.rank
         return -1
 
-    def dead_ranks(self) -> dict[int, str]:
-        """Ranks whose local engine process has exited: {rank: how it ended}.
-
-        The launcher notices an exit at once (its wait thread); engines of remote
-        launchers are declared dead by ipyparallel's heartbeat instead.
-        """
-        if self._ipp is None:
-            return {}
-        if self.spec.launcher != "local":
-            return lost_ranks(self.ranks, set(self.client.ids) if self.client else set())
-        dead = {}
-        for set_id in self._engine_sets:
-            engine_set = self._ipp.engines.get(set_id)
-            if engine_set is None:
-                continue
-            offset = int(engine_set.environment.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
-            # The engine set moves a launcher's exit record here as soon as it exits.
-            for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
-                if (set_id, identifier) in self._buried:
-                    continue
-                code = data.get("exit_code")
-                if isinstance(code, int) and code < 0:
-                    how = f"signal {signal.Signals(-code).name}"
-                else:
-                    how = f"exit code {code}"
-                dead[int(identifier) + offset] = how
-        dead.update(self._unresponsive(dead))
-        return dead
-
-    def _unresponsive(self, dead: dict[int, str]) -> dict[int, str]:
-        """Ranks whose engine the controller dropped (missed heartbeats) though its
-        process may live: stopped (SIGSTOP) or hung outside Python. Such an engine
-        never comes back by itself, even after SIGCONT; restart replaces it."""
-        if self.client is None or self.state not in (ClusterState.READY, ClusterState.DEGRADED):
-            return {}
-        registered = set(self.client.ids)
-        found = {}
-        for info in self.ranks:
-            if info.rank in dead or info.engine_id in registered:
-                continue
-            found[info.rank] = f"{UNRESPONSIVE}: {_process_state(info.pid)}"
-        return found
-
-    def check_health(self) -> dict[int, str]:
-        """Look for dead or unresponsive ranks now and record them; return them."""
-        dead = self.dead_ranks()
-        fresh = {
-            r: how for r, how in dead.items() if self.ranks[r].state not in ("dead", UNRESPONSIVE)
-        }
-        if fresh:
-            self.mark_dead(fresh)
-        return dead
-
-    def mark_dead(self, ranks: dict[int, str]) -> None:
-        """Record dead ranks: the cluster needs a restart before the next cell."""
-        for info in self.ranks:
-            if info.rank in ranks:
-                info.state = "unresponsive" if ranks[info.rank].startswith(UNRESPONSIVE) else "dead"
-                record(self.writer(), "set_rank_state", self.id, info.rank, info.state)
-                record(
-                    self.writer(),
-                    "add_event",
-                    "rank-died",
-                    ranks[info.rank],
-                    cluster_id=self.id,
-                    rank=info.rank,
-                )
-        if ranks and self.state == ClusterState.READY:
-            self.state = ClusterState.DEGRADED
-            self._store_state("degraded")
-
     def require_client(self) -> ipp.Client:
         if self.client is None:
             raise ClusterError("no cluster is running: run %dist_cluster start")
@@ -253,24 +183,8 @@ class DistCluster:
         self.start_seconds = time.perf_counter() - t0
         self._store_state("ready")
         self._owner_only_files()  # the engine-set file is written once engines run
-        if self._watch is None or not self._watch.is_alive():
-            self._watch = threading.Thread(
-                target=self._watch_health, name=f"dist-notebook-health-{self.id}", daemon=True
-            )
-            self._watch.start()
+        self._start_health_watch()
         return self
-
-    def _watch_health(self) -> None:
-        """While the cluster runs: notice an engine the controller dropped (a stopped or
-        hung rank), so status says which rank is unresponsive without waiting for a cell.
-        (Exits of processes and of the controller come from the launchers' own threads.)"""
-        while self.state in (ClusterState.READY, ClusterState.DEGRADED, ClusterState.RESTARTING):
-            if self.state != ClusterState.RESTARTING:
-                try:
-                    self.check_health()
-                except Exception as e:  # a client closing under us: say it, keep watching
-                    log.debug("health check: %s", e)
-            time.sleep(HEALTH_PERIOD)
 
     def start_sync(self) -> DistCluster:
         return run_sync(self.start())
@@ -549,33 +463,6 @@ class DistCluster:
                         pids.append(launcher.process.pid)
         return pids
 
-    def _controller_stopped(self, stop_data: dict[str, Any]) -> None:
-        """The controller's launcher saw it exit (its wait thread, within ~0.1 s).
-
-        Outside a stop this is a failure: no cell can run, and the engines cannot join
-        another controller, so they are ended now rather than left waiting.
-        """
-        if self._tearing_down or self.state in (ClusterState.STOPPING, ClusterState.STOPPED):
-            return
-        code = stop_data.get("exit_code")
-        how = (
-            f"signal {signal.Signals(-code).name}"
-            if isinstance(code, int) and code < 0
-            else (f"exit code {code}")
-        )
-        self.failure = f"the controller died ({how}): run %dist_cluster restart to start a new one"
-        self.state = ClusterState.FAILED
-        for info in self.ranks:
-            info.state = "stopped"
-        self._store_state("failed")
-        record(self.writer(), "add_event", "controller-died", how, cluster_id=self.id)
-        engines = [p for p in self.local_pids() if p != stop_data.get("pid")]
-        tree = reap.process_tree(engines)
-        for proc in tree:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.terminate()
-        reap.reap(tree)
-
     async def _teardown(self) -> None:
         self._tearing_down = True
         try:
@@ -643,20 +530,6 @@ class DistCluster:
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"
-
-
-UNRESPONSIVE = "unresponsive"
-HEALTH_PERIOD = 0.25  # seconds between looks for engines the controller dropped
-
-
-def _process_state(pid: int) -> str:
-    try:
-        status = psutil.Process(pid).status()
-    except psutil.NoSuchProcess:
-        return f"process {pid} is gone"
-    if status == psutil.STATUS_STOPPED:
-        return f"process {pid} is stopped (SIGSTOP); ipyparallel dropped its engine"
-    return f"process {pid} is {status} but its engine missed its heartbeats"
 
 
 def own_profile_dir(cluster_id: str) -> str:
