@@ -1,7 +1,8 @@
 """``--launcher ssh`` on two real test hosts (network namespaces running sshd).
 
 Three ranks, two on h1 and one on h2, so local ranks and node ranks both show. Besides
-the scenarios every launcher runs (scenarios.py), a host's link goes down here.
+the scenarios every launcher runs (scenarios.py), a host's engines are killed during a
+run with checkpoints that then resumes, and a host's link goes down.
 """
 
 from __future__ import annotations
@@ -36,10 +37,6 @@ def test_ddp_across_hosts_records_every_rank(shell: Any, cluster: Any) -> None:
     s.expect_ddp_recorded(shell, "ssh-ddp", HOSTS)
 
 
-def test_killed_host_fails_the_cell_naming_it_then_restart(shell: Any, cluster: Any) -> None:
-    s.expect_killed_host(shell, cluster, HOSTS)
-
-
 # Training with checkpoints in which the ranks of h2 are killed at step 13.
 CKPT_CELL = """
 import os, signal, socket, torch, torch.nn as nn
@@ -65,7 +62,10 @@ def test_resume_after_a_host_failure_goes_on_from_the_checkpoint(
 ) -> None:
     flags = f"--name ssh-ckpt --no-dashboard --checkpoint-every 5 --checkpoint-dir {tmp_path}"
     failed = shell.run_cell(f"%%dist_train {flags}\n" + CKPT_CELL.format(kill=True))
-    assert failed.error_in_exec is not None and "host h2" in str(failed.error_in_exec)
+    # h2's engine is killed mid-run (its ranks' host fails): the run fails naming it.
+    error = str(failed.error_in_exec)
+    assert "rank 2 (" in error and "host h2" in error and "died" in error, error
+    assert cluster.state.value == "degraded"
     s.expect_restart(shell, cluster, HOSTS)
     resumed = shell.run_cell(f"%%dist_train {flags} --resume\n" + CKPT_CELL.format(kill=False))
     assert resumed.error_in_exec is None, resumed.error_in_exec
