@@ -58,3 +58,13 @@ def test_hosts_and_interfaces_parse() -> None:
     assert interface_address("lo") == "127.0.0.1"
     with pytest.raises(HostsError, match="--hosts is empty"):
         parse_hosts(" , ")
+
+
+def test_without_root_the_host_tests_skip_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from .testhosts import why_not
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for kind in ("ssh", "mpi", "slurm"):
+        assert "test hosts need root" in (why_not(kind) or "")
