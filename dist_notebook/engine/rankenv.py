@@ -96,6 +96,7 @@ def _set_device(env: MutableMapping[str, str], local_rank: int) -> None:
         # Slurm narrows CUDA_VISIBLE_DEVICES to the job's GPUs: index into that list.
         given = env.get("CUDA_VISIBLE_DEVICES", "")
         devices = given if given else ",".join(str(i) for i in range(per_node))
+        env["DIST_NOTEBOOK_DEVICES"] = devices  # the rank table then shows cuda:N
     if devices:
         ids = devices.split(",")
         env["CUDA_VISIBLE_DEVICES"] = ids[local_rank % len(ids)]

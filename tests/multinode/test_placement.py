@@ -49,7 +49,7 @@ def test_mpi_nodes_follow_the_lowest_launcher_rank() -> None:
     ]
 
 
-def test_boot_environment_from_slurm_variables() -> None:
+def test_boot_environment_from_slurm_variables(monkeypatch: Any) -> None:
     env: dict[str, Any] = {
         "SLURM_PROCID": "5",
         "SLURM_LOCALID": "1",
@@ -63,6 +63,11 @@ def test_boot_environment_from_slurm_variables() -> None:
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("5", "1", "8")
     assert env["LOCAL_WORLD_SIZE"] == "4"
     assert env["CUDA_VISIBLE_DEVICES"] == "5"  # one GPU: this local rank's of the job's
+    from dist_notebook.engine import group
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert group.rank_info()["device"] == "cuda:5"
     assert int(env["OMP_NUM_THREADS"]) >= 1
 
 
