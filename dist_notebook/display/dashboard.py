@@ -8,8 +8,8 @@ a saved notebook then shows the run without a kernel and without widget state, i
 JupyterLab, nbconvert's HTML and on GitHub, and never "model not found".
 
 Stop: in a background run the kernel is idle and handles the click itself. In a plain
-(blocking) cell the waiting loop calls ``idle()`` every ~50 ms, which handles the widget
-messages waiting for the kernel (``uipoll.UiPoll``), so the click acts there too.
+(blocking) cell the widget's messages are routed to a kernel subshell of their own
+(``uipoll.CommRoute``), handled there while the main thread waits on the ranks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from IPython.display import display
 from ..protocol import RunSummary
 from .final import draw_png, final_html, header_text, text_summary
 from .live import LiveFeed, LiveRunWidget
-from .uipoll import UiPoll
+from .uipoll import CommRoute
 
 
 class Dashboard:
@@ -33,7 +33,6 @@ class Dashboard:
         self.run = run
         self.steps = steps
         self.blocking = blocking
-        self.poll = UiPoll() if blocking else None
         self.widget = LiveRunWidget(
             name=run.name,
             run_id=run.id,
@@ -41,10 +40,11 @@ class Dashboard:
             steps=steps,
             started=run.started,
             rank_states=self._rank_states(),
-            # A blocking cell can act on a click only where the kernel's messages can be
-            # polled; elsewhere the kernel's interrupt stops the run.
-            stoppable=not blocking or bool(self.poll and self.poll.available),
         )
+        # A blocking cell holds the main shell: the widget's messages go to a subshell.
+        self.route = CommRoute(self.widget.comm) if blocking else None
+        # Where they cannot, the kernel's interrupt stops the run (the button is hidden).
+        self.widget.stoppable = self.route is None or self.route.available
         self.feed = LiveFeed(self.widget, run.metrics, self.summary)
         self.widget.on_msg(self._on_msg)
         self.stop_requested = False
@@ -72,13 +72,6 @@ class Dashboard:
         }
         self._handle = display(bundle, raw=True, display_id=True)
         self.feed.start()
-
-    def idle(self) -> None:
-        """Called by the waiting loop of a blocking cell: handle the widget's messages."""
-        if self.poll is not None:
-            t = time.thread_time()
-            self.poll()
-            self.feed.cpu += time.thread_time() - t
 
     def _on_state(self) -> None:
         if self._finished:
@@ -116,6 +109,8 @@ class Dashboard:
         if self._handle is not None:
             self._handle.update(self.final_bundle, raw=True)
         self.widget.close()
+        if self.route is not None:
+            self.route.close()
 
     def cost(self) -> float:
         """CPU seconds the live view has cost the kernel so far."""

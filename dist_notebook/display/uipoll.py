@@ -2,102 +2,92 @@
 
 A cell that waits on the ranks holds the kernel's main thread, so the kernel reads no
 shell message (a click on Stop is a ``comm_msg``) until the cell ends. jupyter-ui-poll
-solves this by running the kernel's message loop from inside the cell; with ipykernel 7
-that loop is an asyncio loop already running the cell, which cannot be re-entered. The
-equivalent here: ipykernel 7 hands the main shell's messages from its shell-channel
-thread to the main thread over an inproc socket. ``UiPoll()`` (called every ~50 ms from
-the waiting loop, on the main thread, which owns that socket) takes what is waiting
-there: comm messages are handled at once, as the kernel would handle them; anything else
-(the next cell's execute_request, a completion request ...) is put back in the kernel's
-own queue, in order, to run after this cell, exactly as it would have.
+solves this by running the kernel's message loop from inside the cell and holding back
+the other requests it meets; with ipykernel 7 that loop is an asyncio loop already running
+the cell, and a request taken out of the kernel's queue and put back was seen to run after
+later ones (queued cells out of order). So nothing is taken from the main shell's queue.
 
-Where the kernel is not laid out so (another ipykernel, a terminal IPython), ``available``
-is False and the live view's Stop button is hidden in a blocking cell: the kernel's
-interrupt then stops the run, as it always does.
+The equivalent here uses ipykernel 7's subshells: a subshell is a thread with its own
+message loop, and the kernel's shell-channel thread routes a comm's messages to the
+subshell the comm names (``Comm._reply_subshell_for``). ``CommRoute`` creates one subshell
+for the live view's comm and routes that comm's messages there: a click is handled on the
+subshell's thread while the main thread waits on the ranks, and every other message keeps
+its place in the main shell's queue. ``close()`` deletes the subshell.
+
+Where the kernel has no subshells (ipykernel 6, a terminal IPython), ``available`` is
+False and the live view hides its Stop button in a blocking cell: the kernel's interrupt
+stops the run, as it always does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
-import zmq
-
 log = logging.getLogger("dist_notebook")
-COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
+CREATE_TIMEOUT = 5.0  # seconds to wait for the shell-channel thread to make the subshell
 
 
-def _main_shell_socket(kernel: Any) -> Any:
-    """The socket the main thread reads its shell messages from, or None."""
-    thread = getattr(kernel, "shell_channel_thread", None)
-    manager = getattr(thread, "manager", None)
-    pair = getattr(manager, "get_shell_channel_to_subshell_pair", None)
-    if pair is None:
-        return None
-    try:
-        return pair(None).to_socket
-    except (AttributeError, KeyError) as e:
-        log.debug("no main shell socket: %s", e)
-        return None
+def _manager(kernel: Any) -> Any:
+    """ipykernel 7's subshell manager, or None."""
+    manager = getattr(getattr(kernel, "shell_channel_thread", None), "manager", None)
+    needed = ("_create_subshell", "_delete_subshell", "_shell_channel_io_loop")
+    return manager if all(hasattr(manager, n) for n in needed) else None
 
 
-class UiPoll:
-    """Handles the comm messages waiting for the kernel; call it on the main thread."""
+def _on_shell_channel(manager: Any, fn: Callable[[], Any]) -> Any:
+    """Run *fn* on the shell-channel thread (the subshells' one writer); its result."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
 
-    def __init__(self, kernel: Any | None = None) -> None:
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except Exception as e:  # reported to the caller below, on its own thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    manager._shell_channel_io_loop.add_callback(call)
+    if not done.wait(CREATE_TIMEOUT):
+        raise TimeoutError("the kernel's shell-channel thread did not answer")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class CommRoute:
+    """Sends one comm's messages from the front end to a subshell of their own."""
+
+    def __init__(self, comm: Any, kernel: Any | None = None) -> None:
         if kernel is None:
             from IPython import get_ipython
 
             kernel = getattr(get_ipython(), "kernel", None)
-        self.kernel: Any = kernel
-        self.socket = _main_shell_socket(kernel) if kernel is not None else None
-        self.handled = 0
-        self.deferred = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        if self.socket is not None:
-            try:
-                self._loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.socket = None  # not inside the kernel's loop: nothing to put back into
+        self.subshell: str | None = None
+        self._manager = _manager(kernel)
+        if self._manager is None or comm is None:
+            return
+        try:
+            self.subshell = _on_shell_channel(self._manager, self._manager._create_subshell)
+        except (TimeoutError, RuntimeError, AssertionError) as e:
+            log.warning("no subshell for the live view (its Stop needs the interrupt): %s", e)
+            return
+        subshell = self.subshell
+        # Read by the shell-channel thread for each comm_msg of this comm.
+        comm._reply_subshell_for = lambda _data, _default: subshell
 
     @property
     def available(self) -> bool:
-        return self.socket is not None
+        return self.subshell is not None
 
-    def __call__(self) -> None:
-        if self.socket is None:
+    def close(self) -> None:
+        subshell, self.subshell = self.subshell, None
+        if subshell is None:
             return
-        while self.socket.poll(0, zmq.POLLIN):
-            frames = self.socket.recv_multipart(copy=False)
-            self._dispatch(frames)
-
-    def _dispatch(self, frames: list[Any]) -> None:
-        kernel = self.kernel
-        idents, rest = kernel.session.feed_identities(frames, copy=False)
         try:
-            msg = kernel.session.deserialize(rest, content=True, copy=False)
-        except ValueError as e:
-            log.warning("dropped an invalid shell message: %s", e)
-            return
-        kind = msg["header"]["msg_type"]
-        if kind not in COMM_MESSAGES:
-            self._defer(frames)
-            return
-        handler = kernel.shell_handlers.get(kind)
-        parent = kernel.get_parent("shell")
-        ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
-        try:
-            kernel.set_parent(idents, msg, channel="shell")
-            handler(None, idents, msg)
-            self.handled += 1
-        finally:
-            # The cell's own output must keep going to the cell.
-            kernel.set_parent(ident, parent, channel="shell")
-
-    def _defer(self, frames: list[Any]) -> None:
-        # Queued behind the running cell (shell_main waits on the main shell's lock),
-        # in arrival order, before anything the socket receives later.
-        assert self._loop is not None
-        self._loop.create_task(self.kernel.shell_main(None, frames))
-        self.deferred += 1
+            _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell))
+        except (TimeoutError, RuntimeError, KeyError) as e:
+            log.warning("the live view's subshell was not deleted: %s", e)

@@ -199,11 +199,9 @@ class TrainMagics(Magics):
         return None
 
     def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
-        # A blocking cell handles the live view's messages (its Stop) while it waits.
-        idle = dashboard.idle if dashboard is not None and raise_errors else None
         printer = LabelledPrinter()
         try:
-            result = run.run(sink=printer, idle=idle)
+            result = run.run(sink=printer)
         finally:
             for rank in printer.ranks:  # the last lines of each rank, for the run tab
                 record(

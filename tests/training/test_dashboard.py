@@ -183,8 +183,8 @@ def test_the_cell_and_the_panel_show_the_same_measures(slow_run: dict[str, Any])
 def test_without_a_kernel_a_blocking_run_offers_no_stop_button(
     slow_run: dict[str, Any],
 ) -> None:
-    # This shell has no kernel whose messages could be polled: the view hides Stop
-    # (the kernel's interrupt stops the run), rather than show a button that cannot act.
+    # This shell has no kernel subshell to route the widget's messages to: the view
+    # hides Stop (the kernel's interrupt stops the run) rather than show a dead button.
     dashboard = slow_run["dashboard"]
-    assert dashboard.poll is not None and not dashboard.poll.available
+    assert dashboard.route is not None and not dashboard.route.available
     assert dashboard.widget.stoppable is False

@@ -1,0 +1,243 @@
+"""The cell's live view in a real browser while 2 CPU ranks train at ~200 records/s.
+
+Starts JupyterLab on loopback, opens a notebook in Debian's chromium (Playwright), and
+runs ``%%dist_train`` cells whose ranks report every step. The page logs every draw of
+the live view (``window.__dnLiveLog``: the time of the draw and, for each record drawn
+for the first time, draw time minus the record's ``report()`` time); a MutationObserver
+keeps every live-view element it sees. The kernel reports what the live view cost it
+(CPU seconds of the feed thread, the collector's hand-off and the blocking cell's
+message polling: ``Dashboard.cost()``) and its own process CPU over the run, with the
+dashboard and with ``--no-dashboard``, runs interleaved.
+
+    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 2]
+
+Writes bench/results/live_view.json. Figures: chart changes a second, p50/p95 from
+report() to drawn, the live view's kernel cost as a share of one core, whether the output
+element was ever replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PY, RESULTS, free_port, percentile, quick, write_result  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+TRAIN = """%%dist_train --name {name} --steps {steps} {flags}
+import time
+from dist_notebook import report
+for i in range({steps}):
+    time.sleep(0.009)
+    report(step=i, loss=1.0 / (i + 1), acc=i / {steps}, samples=64)
+"""
+COST = """import json, time
+_m = get_ipython().magics_manager.registry["TrainMagics"]
+_r, _d = _m.last_result, _m.last_dashboard
+print("BENCH_RESULT " + json.dumps({
+    "name": _r.name, "wall": _r.ended - _r.started, "records": _r.records,
+    "live_cpu": None if _d is None else _d.cost(),
+    "messages": None if _d is None else _d.feed.messages,
+    "process_cpu": time.process_time() - _cpu0,
+}))
+"""
+WATCH = """
+window.__dnLiveLog = [];
+window.__dnLiveElements = [];
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll('.dn-live')) {
+    if (!window.__dnLiveElements.includes(el)) window.__dnLiveElements.push(el);
+  }
+}).observe(document, {subtree: true, childList: true});
+"""
+
+
+def start_lab(root: Path) -> tuple[subprocess.Popen, str]:
+    token = secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".cfg"), PYTHONUNBUFFERED="1")
+    env.setdefault("DIST_NOTEBOOK_STORE", str(root / "runs.sqlite"))
+    port = free_port()
+    log = open(root / "lab.log", "wb")  # noqa: SIM115 (kept open for the server's life)
+    process = subprocess.Popen(
+        [PY, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url="],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}api/status?token={token}", timeout=2):
+                return process, f"{url}lab/tree/bench.ipynb?token={token}"
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"jupyter lab did not start; see {root / 'lab.log'}")
+
+
+def notebook(root: Path, steps: int, reps: int) -> list[str]:
+    import nbformat
+
+    cells = ["%load_ext dist_notebook", "%dist_cluster start -n 2 --cpu"]
+    names = []
+    for rep in range(reps):
+        for live in (True, False):
+            name = f"{'live' if live else 'off'}{rep}"
+            flags = "" if live else "--no-dashboard"
+            cells.append("import time\n_cpu0 = time.process_time()")
+            cells.append(TRAIN.format(name=name, steps=steps, flags=flags))
+            cells.append(COST)
+            names.append(name)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, root / "bench.ipynb")
+    return names
+
+
+def measure(url: str, names: list[str], timeout: float, shot: Path) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.add_init_script(WATCH)
+        page.goto(url)
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=120_000)
+        page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+        page.wait_for_function(
+            "() => window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel"
+            "?.status === 'idle'",
+            timeout=120_000,
+        )
+        run_all = "() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+        page.evaluate(run_all)
+        # every measuring cell printed its line, or a cell failed (run-all stops there)
+        try:
+            outputs = _wait_for_results(page, len(names), timeout)
+        finally:
+            page.screenshot(path=str(shot))
+        seen = page.evaluate(
+            """() => ({
+              log: window.__dnLiveLog,
+              elements: window.__dnLiveElements.map(
+                el => el.querySelector('.dn-live-title')?.textContent)
+            })"""
+        )
+        browser.close()
+    return {"seen": seen, "kernel": _results(outputs)}
+
+
+# The notebook model's outputs (not the DOM: JupyterLab renders only visible cells).
+OUTPUTS = """() => {
+  const cells = window.jupyterapp.shell.currentWidget.content.model.cells;
+  const out = [];
+  for (let i = 0; i < cells.length; i++) {
+    const cell = cells.get(i);
+    if (cell.type === 'code') out.push(...cell.outputs.toJSON());
+  }
+  return out;
+}"""
+
+
+def _results(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    lines = [
+        line
+        for o in outputs
+        if o.get("output_type") == "stream"
+        for line in "".join(o.get("text", "")).splitlines()
+    ]
+    found = [json.loads(x.split("BENCH_RESULT ", 1)[1]) for x in lines if "BENCH_RESULT " in x]
+    return list({r["name"]: r for r in found}.values())  # one per run
+
+
+def _wait_for_results(page: Any, n: int, timeout: float) -> list[dict[str, Any]]:
+    """Every measuring cell printed its line; a failed cell (run-all stops) fails here."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        outputs = page.evaluate(OUTPUTS)
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        if errors:
+            raise SystemExit(f"a cell failed: {errors[0].get('ename')}: {errors[0].get('evalue')}")
+        if len(_results(outputs)) >= n:
+            return outputs
+        time.sleep(1)
+    kinds = [(o.get("output_type"), str(o.get("text", o.get("data", "")))[:80]) for o in outputs]
+    raise SystemExit(f"no result after {timeout:.0f} s; outputs: {kinds}")
+
+
+def summarize(raw: dict[str, Any]) -> dict[str, Any]:
+    draws = [d for d in raw["seen"]["log"] if d["latencies"]]
+    latencies = [x for d in draws for x in d["latencies"]]
+    # draws per second within each live run: split the log where it pauses > 2 s
+    runs: list[list[float]] = [[]]
+    for d in draws:
+        if runs[-1] and d["at"] - runs[-1][-1] > 2:
+            runs.append([])
+        runs[-1].append(d["at"])
+    rates = [(len(r) - 1) / (r[-1] - r[0]) for r in runs if len(r) > 1 and r[-1] > r[0]]
+    live = [k for k in raw["kernel"] if k["live_cpu"] is not None]
+    off = [k for k in raw["kernel"] if k["live_cpu"] is None]
+    titles = raw["seen"]["elements"]
+    return {
+        "draws_per_s": rates,
+        "latency_ms": {
+            "n": len(latencies),
+            "p50": 1000 * percentile(latencies, 50),
+            "p95": 1000 * percentile(latencies, 95),
+            "max": 1000 * max(latencies) if latencies else None,
+        },
+        "records_per_s": [k["records"] / k["wall"] for k in raw["kernel"]],
+        "live_view_core_share": [k["live_cpu"] / k["wall"] for k in live],
+        "kernel_core_share_live": [k["process_cpu"] / k["wall"] for k in live],
+        "kernel_core_share_off": [k["process_cpu"] / k["wall"] for k in off],
+        "messages_per_s": [k["messages"] / k["wall"] for k in live],
+        "elements_per_run": {t: titles.count(t) for t in sorted(set(titles))},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300 if quick() else 2000)
+    parser.add_argument("--reps", type=int, default=1 if quick() else 2)
+    args = parser.parse_args()
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
+    root = Path(tempfile.mkdtemp(prefix="dist-bench-live-"))
+    names = notebook(root, args.steps, args.reps)
+    process, url = start_lab(root)
+    try:
+        raw = measure(url, names, 120 + 2 * len(names) * args.steps * 0.02, root / "last.png")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    ran = [k["name"] for k in raw["kernel"]]
+    if ran != names:  # each measuring cell reports the run of the cell before it
+        raise SystemExit(f"cells ran out of order: {ran} != {names}")
+    figures = summarize(raw)
+    print(json.dumps(figures, indent=2))
+    write_result(
+        "live_view",
+        {"steps": args.steps, "reps": args.reps, "figures": figures, "raw_kernel": raw["kernel"]},
+    )
+    print(f"results in {RESULTS / 'live_view.json'}")
+
+
+if __name__ == "__main__":
+    main()
