@@ -27,10 +27,17 @@ export function formatWhen(seconds: number | null): string {
     return '';
   }
   const d = new Date(seconds * 1000);
-  const today = new Date().toDateString() === d.toDateString();
-  return today
-    ? d.toLocaleTimeString()
-    : d.toLocaleDateString() + ' ' + d.toLocaleTimeString();
+  const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  if (new Date().toDateString() === d.toDateString()) {
+    return time;
+  }
+  const sameYear = new Date().getFullYear() === d.getFullYear();
+  const day = d.toLocaleDateString([], {
+    month: 'short',
+    day: 'numeric',
+    ...(sameYear ? {} : { year: 'numeric' })
+  });
+  return `${day} ${time}`;
 }
 
 function select(className: string, title: string): HTMLSelectElement {
