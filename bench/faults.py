@@ -374,9 +374,10 @@ class Bench:
             note="usable = both kernels started and their clusters ready",
         )
 
+        kernel_a = km_a.provisioner.process.pid
         t0 = time.perf_counter()
         km_a.shutdown_kernel(now=False)  # returns once the kernel process has ended
-        left, _ = wait_gone(pids_a, 20)
+        left, _ = wait_gone(pids_a + [kernel_a], 20)
         self.row(
             "kernel shutdown (KernelManager)",
             time.perf_counter() - t0,

@@ -478,6 +478,12 @@ class DistCluster(ClusterHealth):
             # The whole tree, taken now: the controller's schedulers and the engines'
             # nannies are not ipyparallel's to stop, and outlive a controller that died.
             tree = reap.process_tree(self.local_pids())
+            # Files first (connection files hold the cluster's key): a kernel killed in the
+            # middle of a slow stop (Jupyter's shutdown waits 5 s) leaves none behind.
+            # Nothing reads them once every process has started; ipyparallel tolerates
+            # their absence when it stops.
+            files = reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id)
+            reap.remove_files(files)
             # ipyparallel stops engines one after the other, waiting for each to exit
             # (~3 s each with torch loaded); signalled together they exit in parallel.
             try:
