@@ -81,9 +81,9 @@ def main() -> None:
     arrivals: list[float] = []
     add = RunMetrics.add
 
-    def timed_add(metrics: Any, records: list[dict[str, Any]]) -> None:
+    def timed_add(metrics: Any, records: list[Any]) -> None:
         now = time.time()
-        arrivals.extend(now - r["time"] for r in records)
+        arrivals.extend(now - r.time for r in records)
         add(metrics, records)
 
     RunMetrics.add = timed_add  # type: ignore[method-assign]
@@ -99,9 +99,11 @@ def main() -> None:
         for label, pause in (("1 per ms", 0.001), ("as fast as possible", 0.0)):
             arrivals.clear()
             with capture_output():
-                run = ip.run_cell_magic(
+                ip.run_cell_magic(
                     "dist_train", "--no-dashboard", SEND.format(records=args.records, pause=pause)
                 )
+                # The cell returns nothing; the magics keep the run's result.
+                run = ip.magics_manager.registry["TrainMagics"].last_result
                 costs = ip.run_line_magic("dist_pull", "--all send_cost")
             sent = [c for per_rank in costs.values() for c in per_rank]
             results["rates"][label] = {

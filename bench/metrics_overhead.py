@@ -66,10 +66,10 @@ class CollectorProbe:
         original = RunMetrics.add
         probe = self
 
-        def add(metrics: Any, records: list[dict[str, Any]]) -> None:
+        def add(metrics: Any, records: list[Any]) -> None:
             if probe.active:
                 now = time.time()
-                probe.ms.extend((now - r["time"]) * 1e3 for r in records if "step" in r)
+                probe.ms.extend((now - r.time) * 1e3 for r in records if r.step is not None)
             original(metrics, records)
 
         RunMetrics.add = add  # type: ignore[method-assign]
@@ -96,9 +96,11 @@ def main() -> None:
 
     def train(code: str, steps: int, dashboard: bool = True) -> None:
         line = f"--steps {steps}" + ("" if dashboard else " --no-dashboard")
-        result, _ = common.quietly(ip.run_cell_magic, "dist_train", line, code)
-        if result.state.value != "succeeded":
-            raise RuntimeError(f"%%dist_train run {result.state.value}: {result.error}")
+        common.quietly(ip.run_cell_magic, "dist_train", line, code)
+        # The cell shows the run's end and returns nothing; the magics keep the result.
+        result = ip.magics_manager.registry["TrainMagics"].last_result
+        if result is None or result.state.value != "succeeded":
+            raise RuntimeError(f"the %%dist_train run did not succeed: {result}")
 
     try:
         # 1. per call

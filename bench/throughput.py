@@ -191,11 +191,13 @@ class Notebook:
 
     def dist_train(self, cfg: dict[str, Any]) -> dict[str, Any]:
         code = loop_code(**cfg, reporting=True)
-        result, _ = common.quietly(
+        common.quietly(
             self.ip.run_cell_magic, "dist_train", f"--steps {cfg['warmup'] + cfg['steps']}", code
         )
-        if result.state.value != "succeeded":
-            raise RuntimeError(f"%%dist_train run {result.state.value}: {result.error}")
+        # The cell returns nothing; the magics keep the run's result.
+        result = self.ip.magics_manager.registry["TrainMagics"].last_result
+        if result is None or result.state.value != "succeeded":
+            raise RuntimeError(f"the %%dist_train run did not succeed: {result}")
         value, _ = common.quietly(self.ip.run_line_magic, "dist_pull", "bench_result")
         return value
 

@@ -20,9 +20,9 @@ interleaved (a b c a b c ...) so drift in the machine's load falls on all of the
 
 Latency, from runs of (a): report() to the collector (``time.time()`` when the collector
 hands a record to RunMetrics minus the record's own ``time``, set by report() on the
-rank), and report() to the widgets (the end of a dashboard update minus the time of the
-newest record it shows; the text is updated at most 8 times a second, so this includes
-the wait; "one dashboard render" is the picture, redrawn within 2% of one core).
+rank), and report() to the live view (the moment a message to the widget is sent minus
+the time of the newest record in it; messages go at most every flush interval, so this
+includes the wait; "one live-view message" is the kernel's time to build and send it).
 
 Writes ``bench/results/train_overhead.json`` and prints a markdown table.
 """
@@ -108,10 +108,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Probe:
-    """Receive-time hooks, in this benchmark only: wraps RunMetrics.add and Dashboard.render."""
+    """Receive-time hooks, in this benchmark only: wraps RunMetrics.add and LiveFeed._send."""
 
     def __init__(self) -> None:
-        from dist_notebook.display.dashboard import Dashboard
+        from dist_notebook.display.live import LiveFeed
         from dist_notebook.metrics.series import RunMetrics
 
         self.collector_ms: list[float] = []
@@ -120,33 +120,28 @@ class Probe:
         self.renders = 0
         self.active = False  # only runs of mode (a) are measured
         probe = self
-        add, render = RunMetrics.add, Dashboard.render
+        add, send = RunMetrics.add, LiveFeed._send
 
-        def timed_add(metrics: Any, records: list[dict[str, Any]]) -> None:
+        def timed_add(metrics: Any, records: list[Any]) -> None:
             now = time.time()
             if probe.active:
-                probe.collector_ms.extend((now - r["time"]) * 1000 for r in records)
+                probe.collector_ms.extend((now - r.time) * 1000 for r in records)
             add(metrics, records)
 
-        def timed_render(dashboard: Any, picture: bool = True) -> None:
-            # The newest record's time, read without copying the series.
-            newest = max(
-                (s.last_time for s in dashboard.metrics.summaries() if s.last_time is not None),
-                default=None,
-            )
+        def timed_send(feed: Any, records: list[Any], reset: bool) -> None:
             start = time.time()
-            render(dashboard, picture)
+            send(feed, records, reset)
             end = time.time()
             if not probe.active:
                 return
-            if picture:
-                probe.render_ms.append((end - start) * 1000)
+            probe.render_ms.append((end - start) * 1000)
             probe.renders += 1
-            if newest is not None and dashboard.run.state.value == "running":
-                probe.widget_ms.append((end - newest) * 1000)
+            if records and not reset:
+                # The newest record of the message: report() on the rank -> sent to the view.
+                probe.widget_ms.append((end - max(r.time for r in records)) * 1000)
 
         RunMetrics.add = timed_add  # type: ignore[method-assign]
-        Dashboard.render = timed_render  # type: ignore[method-assign]
+        LiveFeed._send = timed_send  # type: ignore[method-assign]
 
 
 class Notebook:
@@ -239,8 +234,8 @@ def table(summary: dict[str, Any]) -> str:
     ]
     for key, label in (
         ("collector", "report() -> collector"),
-        ("widget", "report() -> widget update"),
-        ("render", "one dashboard render"),
+        ("widget", "report() -> live-view message sent"),
+        ("render", "one live-view message (kernel CPU side)"),
     ):
         v = lat[key]
         p50, p95 = (f"{v[q]:.2f}" if v[q] is not None else "-" for q in ("p50", "p95"))
