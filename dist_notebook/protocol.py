@@ -340,8 +340,9 @@ def summarize_rank(
     and a few facts about its whole history (how many records, first/last step, loss)."""
     step_time = _median(r.step_time for r in recent)
     comm_time = _median(r.comm_time for r in recent)
+    # comm_time is DDP's sampled estimate: on a busy machine it can exceed a step's time.
     compute = _median(
-        r.step_time - (r.comm_time or 0.0)
+        max(0.0, r.step_time - min(r.comm_time or 0.0, r.step_time))
         for r in recent
         if r.step_time is not None and math.isfinite(r.step_time)
     )
