@@ -126,6 +126,10 @@ class ExerciseRunner:
                         self._run(cell, index, f"cell {index}")
         finally:
             self.report.total_s = time.perf_counter() - started
+            # nbclient shuts down only kernels whose manager it made itself: this one is
+            # ours, and a kernel left running would hold its cluster's processes too.
+            if self.km.has_kernel:
+                self.km.shutdown_kernel(now=False)
         return self.report
 
     def _run(self, cell: Any, index: int, what: str) -> None:
