@@ -105,6 +105,17 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture
 def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """A JupyterLab of this test's own (a fresh store: for tests of empty states)."""
+    yield from _lab(tmp_path, request.node.name)
+
+
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """One JupyterLab for every test that tolerates the others' runs in its store."""
+    yield from _lab(tmp_path_factory.mktemp("shared-lab"), "shared")
+
+
+def _lab(tmp_path: Path, name: str) -> Iterator[Lab]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "root"
     root.mkdir()
@@ -127,7 +138,7 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
     (notification / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}'
     )
-    log = ARTIFACTS / f"{request.node.name}-lab.log"
+    log = ARTIFACTS / f"{name}-lab.log"
     for _attempt in range(3):
         port = _free_port()  # closed again before the server binds it: retry on a race
         with open(log, "wb") as out:

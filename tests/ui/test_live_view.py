@@ -132,7 +132,8 @@ def watch_the_run(page) -> dict:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(600)
-def test_live_view_moves_ends_as_a_picture_stops_and_survives_reopening(lab, page):  # type: ignore[no-untyped-def]
+def test_live_view_moves_ends_as_a_picture_stops_and_survives_reopening(shared_lab, page):  # type: ignore[no-untyped-def]
+    lab = shared_lab
     write_notebook(lab)
     page.add_init_script(WATCH)
     open_lab(page, lab)

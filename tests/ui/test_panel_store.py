@@ -1,160 +1,152 @@
-"""The panel renders a run written to the store by hand: ranks, live curves, stragglers,
-run history, the run tab, and the confirmation and error of Stop."""
+"""The run tab draws a run that the real run-store writer recorded, with the fields and
+states the kernel writes: the shared chart's per-rank curves and mean, the summary's
+bars with the straggler (the server's measures), a user metric named like a system field,
+non-finite values, curves that grow while the run goes, in the light and dark themes."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
-import threading
 import time
+import urllib.request
+import uuid
 
 from playwright.sync_api import expect
 
+from dist_notebook.protocol import Record
 from dist_notebook.store import StoreWriter
 
-from .conftest import open_lab, open_panel, shot
+from .conftest import ARTIFACTS, open_lab, shot
 
-CLUSTER = "c-sim"
-RUN = "r-sim"
-OLD_RUN = "r-old"
 STRAGGLER = re.compile(r"\bdn-straggler\b")
 
 
-def simulate(writer: StoreWriter, steps: range, delay: float = 0.0) -> None:
-    """Append one record per rank and step; rank 1 runs at half the speed of rank 0."""
+def records(run_id: str, steps: range, t0: float) -> list[Record]:
+    """Rank 1 computes 30 ms a step, rank 0 waits for it in the all-reduce (lockstep)."""
+    out = []
     for step in steps:
-        now = time.time()
-        writer.append_metrics(
-            RUN,
-            [
-                {
-                    "rank": rank,
-                    "step": step,
-                    "time": now,
-                    "loss": 2.0 / (1 + 0.2 * step) + 0.05 * rank,
-                    "samples_per_s": 400.0 if rank == 0 else 200.0,
-                    "gpu_mem": (1 + rank) * 512 * 1024**2,
-                }
-                for rank in (0, 1)
-            ],
-        )
-        time.sleep(delay)
+        for rank in (0, 1):
+            comm = 0.032 if rank == 0 else 0.004
+            loss = 2.0 / (1 + 0.2 * step) + 0.05 * rank
+            out.append(
+                Record(
+                    rank=rank,
+                    step=step,
+                    time=t0 + 0.04 * step + 0.001 * rank,
+                    step_time=0.04 if step else None,
+                    comm_time=comm,
+                    samples=32.0,
+                    # user metrics named like system fields are only metrics
+                    metrics={"loss": math.nan if step == 5 else loss, "seq": 2048.0, "rank": 7.0},
+                )
+            )
+    return out
 
 
-def fill(writer: StoreWriter) -> None:
+def fill(writer: StoreWriter, cluster: str, run: str) -> None:
     writer.add_cluster(
-        CLUSTER, n=2, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+        cluster, n=2, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
     )
-    writer.set_cluster_state(CLUSTER, "ready")
+    writer.set_cluster_state(cluster, "ready")
     writer.set_ranks(
-        CLUSTER,
+        cluster,
         [
-            {
-                "rank": r,
-                "host": "localhost",
-                "pid": 1000 + r,
-                "device": f"cuda:{r}",
-                "state": "running",
-            }
+            {"rank": r, "host": "localhost", "pid": 1000 + r, "device": "cpu", "state": "busy"}
             for r in (0, 1)
         ],
     )
-    writer.add_run(OLD_RUN, name="warmup", cluster_id=CLUSTER, ranks=[0, 1], steps=3, code="")
-    writer.set_run_state(OLD_RUN, "succeeded")
-    time.sleep(0.01)
-    writer.add_run(RUN, name="simulated", cluster_id=CLUSTER, ranks=[0, 1], steps=60, code="")
-    writer.set_run_state(RUN, "running")
-    simulate(writer, range(20))
+    writer.add_run(run, name="stored", cluster_id=cluster, ranks=[0, 1], steps=60, code="")
+    writer.set_run_state(run, "running")
+    for r in (0, 1):
+        writer.set_run_rank(run, r, "running")
 
 
-def curve_points(page, rank: int) -> int:  # type: ignore[no-untyped-def]
-    path = page.locator(f'#dist-notebook-panel .dn-run-curve path[data-rank="{rank}"]')
-    d = path.get_attribute("d")
-    return (d or "").count("L") + (d or "").count("M")
+def server_summary(lab, run: str) -> dict:  # type: ignore[no-untyped-def]
+    url = f"{lab.url}dist-notebook/api/runs/{run}/summary?token={lab.token}"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
 
 
-def test_panel_renders_a_stored_run(lab, page):  # type: ignore[no-untyped-def]
+def set_theme(page, theme: str, light: bool) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(
+        "t => { void window.jupyterapp.commands.execute('apputils:change-theme', {theme: t}); }",
+        theme,
+    )
+    page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{str(light).lower()}'")
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+
+
+def points(page, view, rank: int) -> int:  # type: ignore[no-untyped-def]
+    d = view.locator(f"path.dn-chart-line[data-rank='{rank}']").get_attribute("d") or ""
+    return d.count("L") + d.count("M")
+
+
+def test_run_tab_draws_a_stored_run_with_the_servers_measures(shared_lab, page):  # type: ignore[no-untyped-def]
+    lab = shared_lab
+    cluster, run = f"c-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
     writer = StoreWriter(lab.store)
+    t0 = time.time()
     try:
-        fill(writer)
+        fill(writer, cluster, run)
+        writer.append_metrics(run, records(run, range(20), t0))
         open_lab(page, lab)
-        panel = open_panel(page)
-
-        cluster = panel.locator(f'.dn-cluster[data-cluster-id="{CLUSTER}"]')
-        expect(cluster).to_be_visible()
-        expect(cluster.locator(".dn-cluster-state")).to_have_text("ready")
-        rank0 = cluster.locator('.dn-rank[data-rank="0"]')
-        rank1 = cluster.locator('.dn-rank[data-rank="1"]')
-        expect(rank0).to_have_attribute("data-state", "running")
-        expect(rank0.locator(".dn-rank-device")).to_have_text("cuda:0")
-        expect(rank0.locator(".dn-rank-step")).to_have_text("19")
-        expect(rank0.locator(".dn-rank-sps")).to_have_text("400")
-        expect(rank1.locator(".dn-rank-gpu")).to_have_text("1.0 GiB")
-        # rank 1 is a third below the median (300): a straggler, in the table and on the curve
-        expect(rank1).to_have_class(STRAGGLER)
-        expect(rank0).not_to_have_class(STRAGGLER)
-        curve = panel.locator(".dn-run-curve")
-        expect(curve.locator("path.dn-curve-line")).to_have_count(2)
-        expect(curve.locator('path[data-rank="1"]')).to_have_class(STRAGGLER)
-        assert curve_points(page, 0) == 20
-        expect(panel.locator(".dn-current-run-title")).to_contain_text("simulated · running")
-        shot(page, "store-panel")
-
-        # the curve grows while the run goes on, without reloading anything
-        feeder = threading.Thread(target=simulate, args=(writer, range(20, 40), 0.05))
-        feeder.start()
-        feeder.join()
-        expect(rank0.locator(".dn-rank-step")).to_have_text("39", timeout=10_000)
-        assert curve_points(page, 1) == 40
-        shot(page, "store-panel-live")
-
-        # run history: newest first; a click opens the run's curves in a main-area tab
-        items = panel.locator(".dn-run-item")
-        expect(items).to_have_count(2)
-        expect(items.nth(0)).to_have_attribute("data-run-id", RUN)
-        items.nth(0).click()
-        view = page.locator(f'.dn-runview[data-run-id="{RUN}"]')
-        expect(view).to_be_visible()
-        expect(view.locator(".dn-runview-summary")).to_contain_text("simulated")
-        expect(view.locator('.dn-curve[data-metric="loss"] path.dn-curve-line')).to_have_count(2)
-        expect(view.locator('.dn-curve[data-metric="samples_per_s"]')).to_be_visible()
+        set_theme(page, "JupyterLab Light", light=True)  # the shared lab may be dark
+        page.evaluate(
+            "id => { void window.jupyterapp.commands.execute('dist-notebook:open-run',"
+            " {runId: id}); }",
+            run,
+        )
+        view = page.locator(f'.dn-runview[data-run-id="{run}"]')
+        expect(view).to_be_visible(timeout=30_000)
+        chart = view.locator(".dn-chart")
+        expect(chart.locator("path.dn-chart-line")).to_have_count(3)  # 2 ranks + mean
+        expect(chart.locator("path.dn-chart-line[data-rank='mean']")).to_have_count(1)
+        # the NaN at step 5 is a gap: the path starts again after it
+        d = chart.locator("path.dn-chart-line[data-rank='0']").get_attribute("d") or ""
+        assert d.count("M") == 2, d
+        # the server's measures, drawn as they are: rank 1 is the straggler
+        summary = server_summary(lab, run)
+        assert [r["straggler"] for r in summary["ranks"]] == [False, True]
+        bars = chart.locator(".dn-chart-rank-rows")
+        expect(bars.locator("[data-row='rank-1']")).to_have_class(STRAGGLER)
+        expect(bars.locator("[data-row='rank-0']")).not_to_have_class(STRAGGLER)
+        expect(bars.locator("[data-row='rank-1']")).to_contain_text("straggler")
+        expect(chart.locator(".dn-chart-legend-item[data-rank='1']")).to_have_class(STRAGGLER)
+        # a user metric named seq is a metric (no paging trouble), selectable
+        chart.locator("select.dn-chart-metric").select_option("seq")
+        expect(chart.locator("svg.dn-chart-svg")).to_have_attribute("aria-label", "seq per rank")
+        chart.locator("select.dn-chart-metric").select_option("loss")
         shot(page, "store-run-tab")
 
-        # Stop asks first; Cancel does nothing
-        cluster.locator(".dn-stop-button").click()
-        dialog = page.locator(".jp-Dialog")
-        expect(dialog).to_contain_text(f"Stop cluster {CLUSTER}")
-        shot(page, "store-stop-dialog")
-        dialog.locator(".jp-Dialog-button.jp-mod-reject").click()
-        expect(dialog).to_have_count(0)
-        # its owner (this process) watches no requests: confirming shows the server's reason
-        cluster.locator(".dn-stop-button").click()
-        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-warn").click()
-        expect(page.locator(".jp-Dialog")).to_contain_text("did not take the stop", timeout=20_000)
-        shot(page, "store-stop-error")
-        page.locator(".jp-Dialog .jp-Dialog-footer button").last.click()
-        expect(page.locator(".jp-Dialog")).to_have_count(0)
-        expect(cluster.locator(".dn-cluster-state")).to_have_text("ready")
+        # the curves grow while the run goes on, without reloading anything
+        before = points(page, chart, 1)
+        writer.append_metrics(run, records(run, range(20, 40), t0))
+        page.wait_for_function(
+            "([id, n]) => (document.querySelector("
+            "`.dn-runview[data-run-id='${id}'] path.dn-chart-line[data-rank='1']`)"
+            "?.getAttribute('d') ?? '').split('L').length > n",
+            arg=[run, before + 10],
+            timeout=15_000,
+        )
 
-        # the kernel records the end: the panel follows
-        writer.set_cluster_state(CLUSTER, "stopped")
-        for r in (0, 1):
-            writer.set_rank_state(CLUSTER, r, "dead")
-        writer.set_run_state(RUN, "cancelled")
-        # a stopped cluster is folded into the history, without buttons
-        ended = panel.locator(f'.dn-ended-cluster[data-cluster-id="{CLUSTER}"]')
-        expect(ended).to_have_attribute("data-state", "stopped")
-        expect(cluster).to_have_count(0)
-        expect(items.nth(0).locator(".dn-run-state")).to_have_text("cancelled")
-        shot(page, "store-stopped")
+        # log scale and zoom, then the dark theme
+        chart.locator("input.dn-chart-log").check()
+        box = chart.locator("svg.dn-chart-svg").bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] * 0.3, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.6, y)
+        page.mouse.up()
+        assert points(page, chart, 0) < 40, "zoomed in: fewer points drawn"
+        chart.locator("button.dn-chart-reset").click()
+        set_theme(page, "JupyterLab Dark", light=False)
+        shot(page, "store-run-tab-dark")
+        chart.screenshot(path=str(ARTIFACTS / "store-run-chart-dark.png"))
+
+        writer.set_run_state(run, "succeeded")
+        expect(view).to_have_attribute("data-state", "succeeded", timeout=15_000)
     finally:
         writer.close()
-
-
-def test_panel_without_a_store(lab, page):  # type: ignore[no-untyped-def]
-    open_lab(page, lab)
-    panel = open_panel(page)
-    expect(panel.locator(".dn-empty")).to_contain_text("No cluster yet")
-    expect(panel.locator(".dn-error")).to_be_hidden()
-    expect(panel.locator(".dn-run-item")).to_have_count(0)
-    assert not lab.store.exists()
