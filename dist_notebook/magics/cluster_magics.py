@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -161,11 +160,9 @@ class ClusterMagics(Magics):
 
     def _start(self, args: Any) -> None:
         current = self.session.cluster
-        if current is not None and current.state == ClusterState.STOPPING:
+        if current is not None:
             # A stop from the panel is finishing: the new cluster starts once it has.
-            deadline = time.monotonic() + STOPPING_WAIT_S
-            while current.state == ClusterState.STOPPING and time.monotonic() < deadline:
-                time.sleep(0.1)
+            self.session.wait_for_stop(current, STOPPING_WAIT_S)
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
             raise UsageError(
                 f"a cluster is already {current.state.value}: use %dist_cluster restart, "

@@ -24,6 +24,9 @@ class Session:
         # The training run in progress (blocking or --background), for stop and interrupt.
         self.run: Any = None
         self._watchers: dict[str, Any] = {}
+        # Clusters a stop is under way for (from the panel, on the watcher's thread): from
+        # the moment their run is cancelled until they are stopped, no cell may use them.
+        self._stopping: set[str] = set()
 
     def started(self, cluster: DistCluster) -> None:
         """Follow the panel's requests for *cluster* (it just started in this kernel)."""
@@ -49,17 +52,30 @@ class Session:
 
     def stop(self, cluster: DistCluster, reason: str = "%dist_cluster stop") -> str:
         """Cancel the run in progress, let it end, then stop the cluster (idempotent)."""
-        run = self.active_run(cluster)
-        if run is not None:
-            run.stop()
-            deadline = time.monotonic() + STOP_WAIT_S
-            while run.state.value in ("pending", "running") and time.monotonic() < deadline:
-                time.sleep(0.05)
-        watcher = self._watchers.pop(cluster.id, None)
-        if watcher is not None:
-            watcher.close()
-        cluster.stop_sync()
+        self._stopping.add(cluster.id)
+        try:
+            run = self.active_run(cluster)
+            if run is not None:
+                run.stop()
+                deadline = time.monotonic() + STOP_WAIT_S
+                while run.state.value in ("pending", "running") and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            watcher = self._watchers.pop(cluster.id, None)
+            if watcher is not None:
+                watcher.close()
+            cluster.stop_sync()
+        finally:
+            self._stopping.discard(cluster.id)
         return "stopped"
+
+    def stopping(self, cluster: DistCluster) -> bool:
+        return cluster.id in self._stopping or cluster.state == ClusterState.STOPPING
+
+    def wait_for_stop(self, cluster: DistCluster, timeout: float) -> None:
+        """Wait (up to *timeout* s) for a stop under way, e.g. Stop in the panel."""
+        deadline = time.monotonic() + timeout
+        while self.stopping(cluster) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     @classmethod
     def for_shell(cls, shell: Any) -> Session:
@@ -82,6 +98,11 @@ class Session:
         cluster = self.cluster
         if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
             raise UsageError("no cluster is running: start one with %dist_cluster start")
+        if self.stopping(cluster):
+            raise UsageError(
+                f"cluster {cluster.id} is being stopped (Stop in the panel): start a new one"
+                " with %dist_cluster start"
+            )
         if cluster.state != ClusterState.READY:
             raise UsageError(
                 f"the cluster is {cluster.state.value}: run %dist_cluster restart, "
