@@ -28,11 +28,10 @@ from .conftest import ARTIFACTS, PANEL_TAB, shot
 pytestmark = pytest.mark.timeout(600)
 
 NOTEBOOK = "actions.ipynb"
-TRAIN = """%%dist_train --name {name} --steps 900
+TRAIN = """%%dist_train --name {name} --steps 900 --no-dashboard
 import time
 for step in range(900):
     report(step=step, loss=1.0 / (step + 1), samples=32)
-    print("step", step)
     time.sleep(0.1)
 """
 CELLS = [
@@ -130,10 +129,13 @@ def test_stop_and_interrupt_through_the_kernel_at_scale(lab, page) -> None:  # t
     shot(page, "panel-actions-history")
 
     page.wait_for_function(KERNEL_IDLE, timeout=90_000)
-    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # Not awaited: the command's promise resolves only when every cell has run.
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
 
     # The live cluster comes first, with the running run right under it.
     cluster = panel.locator(".dn-cluster").first
+    expect(cluster).to_be_visible(timeout=120_000)
+    shot(page, "panel-actions-starting")
     expect(cluster).to_have_attribute("data-state", "ready", timeout=180_000)
     expect(panel.locator(".dn-current-run-title")).to_contain_text(
         "ui-interrupt · running", timeout=120_000
