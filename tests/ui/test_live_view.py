@@ -205,3 +205,9 @@ def test_live_view_moves_ends_as_a_picture_stops_and_survives_reopening(shared_l
         assert all(WIDGET_MIME not in o.get("data", {}) for o in outputs), outputs
         assert any("image/png" in o.get("data", {}) for o in outputs)
     assert "widgets" not in saved["metadata"] or not saved["metadata"]["widgets"]
+    # nbconvert's HTML (what GitHub-like renderers get): the picture, no widget
+    from nbconvert import HTMLExporter
+
+    page_html, _ = HTMLExporter().from_filename(str(lab.root / NOTEBOOK))
+    assert page_html.count("data:image/png;base64,") >= 2
+    assert "live: succeeded in" in page_html and "stopme: cancelled in" in page_html
