@@ -177,6 +177,7 @@ def test_live_view_moves_ends_as_a_picture_stops_and_survives_reopening(shared_l
     stopped = cell(page, 3).locator(".dist-notebook-run")
     expect(stopped).to_contain_text("stopme: cancelled", timeout=20_000)
     took = time.monotonic() - clicked
+    (ARTIFACTS / "live-stop-seconds.txt").write_text(f"{took:.2f}\n")
     assert took < 8, f"Stop took {took:.1f} s"
     page.wait_for_function(KERNEL_IDLE, timeout=60_000)
 
