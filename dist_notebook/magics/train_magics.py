@@ -202,6 +202,12 @@ class TrainMagics(Magics):
         printer = LabelledPrinter()
         try:
             result = run.run(sink=printer)
+        except BaseException:
+            # Whatever ended the wait (a bug, a lost cluster): the live view must not stay
+            # live with its Stop button; it shows the picture as it stands.
+            if dashboard is not None:
+                dashboard.finish(None)
+            raise
         finally:
             for rank in printer.ranks:  # the last lines of each rank, for the run tab
                 record(
