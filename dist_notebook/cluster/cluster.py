@@ -478,16 +478,21 @@ class DistCluster(ClusterHealth):
             # The whole tree, taken now: the controller's schedulers and the engines'
             # nannies are not ipyparallel's to stop, and outlive a controller that died.
             tree = reap.process_tree(self.local_pids())
-            # Files first (connection files hold the cluster's key): a kernel killed in the
-            # middle of a slow stop (Jupyter's shutdown waits 5 s) leaves none behind.
-            # Nothing reads them once every process has started; ipyparallel tolerates
-            # their absence when it stops.
-            files = reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id)
-            reap.remove_files(files)
-            # ipyparallel stops engines one after the other, waiting for each to exit
-            # (~3 s each with torch loaded); signalled together they exit in parallel.
+            # Engines first, the controller last: until it stops, a kernel killed in the
+            # middle of a slow stop (Jupyter's shutdown waits 5 s) still has the
+            # controller's own clean-up (controller_boot) remove the files.
             try:
+                # ipyparallel stops engines one after the other, waiting for each to exit
+                # (~3 s each with torch loaded); signalled together they exit in parallel.
                 await self._ipp.signal_engines(signal.SIGTERM)
+                await self._ipp.stop_engines()
+            except Exception as e:  # a process already gone is fine; say anything else
+                log.warning("stopping the engines: %s", e)
+            controller = reap.process_tree(self.local_pids())  # what is left: the controller
+            engines = [p for p in tree if p.pid not in {c.pid for c in controller}]
+            reap.reap(engines)
+            reap.remove_files(reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id))
+            try:
                 await self._ipp.stop_cluster()
             except Exception as e:  # a process already gone is fine; say anything else
                 log.warning("stopping the ipyparallel cluster: %s", e)

@@ -142,7 +142,10 @@ class FakeCluster:
     """Accepts the spec the magic built, and says so instead of starting anything."""
 
     def __init__(self, spec: Any, progress: Any = None) -> None:
+        from dist_notebook.cluster import ClusterState
+
         self.spec = spec
+        self.state = ClusterState.NEW  # read by the magic before it starts a cluster
 
     def start_sync(self) -> None:
         raise _Started

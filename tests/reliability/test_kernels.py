@@ -76,6 +76,10 @@ def test_kernel_shutdown_ends_its_cluster(kernels: list[Kernel]) -> None:
     left, _ = wait_gone(pids + [a.pid], 15)
     took = time.monotonic() - t0
     assert left == [], f"left running after the kernel's shutdown: {left}"
+    from dist_notebook.cluster.reap import cluster_files
+
+    # No file of the cluster either (its profile directory is its own: gone with it).
+    assert cluster_files(a.info["profile"], a.info["ipp"]) == []
     assert took < 30  # bound for a loaded machine; bench/faults.py has the figure
     # Recorded for the report: the time from the request until the last process ended.
     print(f"kernel shutdown: every process gone after {took:.2f} s")
