@@ -35,10 +35,9 @@ const CATEGORY = 'Distributed Training';
 
 interface ISettings {
   pollInterval: number;
-  stragglerThreshold: number;
 }
 
-const DEFAULTS: ISettings = { pollInterval: 1000, stragglerThreshold: 0.2 };
+const DEFAULTS: ISettings = { pollInterval: 1000 };
 
 const CONFIRM: Record<ClusterAction, { title: string; body: string; label: string }> = {
   interrupt: {
@@ -129,7 +128,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const view = new RunView(
           new RunModel({ runId, interval: settings.pollInterval })
         );
-        view.stragglerThreshold = settings.stragglerThreshold;
         const widget = new MainAreaWidget({ content: view });
         widget.id = `dist-notebook-run-${runId}`;
         widget.title.label = model.runs.find(r => r.id === runId)?.name ?? runId;
@@ -161,7 +159,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       const apply = (loaded: ISettingRegistry.ISettings) => {
         Object.assign(settings, loaded.composite as unknown as ISettings);
         model.interval = settings.pollInterval;
-        panel.stragglerThreshold = settings.stragglerThreshold;
         panel.update();
       };
       try {

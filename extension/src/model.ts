@@ -5,7 +5,14 @@ import { IDisposable } from '@lumino/disposable';
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { fetchClusters, fetchMetrics, fetchRun, fetchRuns } from './request';
+import type { IRunSummary } from './protocol';
+import {
+  fetchClusters,
+  fetchMetrics,
+  fetchRun,
+  fetchRuns,
+  fetchSummary
+} from './request';
 import { RunSeries } from './series';
 import { ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES } from './types';
 import type { IClusterModel, IRunDetailModel, IRunModel } from './types';
@@ -118,6 +125,7 @@ export class DistModel extends PollingModel {
   private _clusters: IClusterModel[] = [];
   private _runs: IRunModel[] = [];
   private _series: RunSeries | null = null;
+  private _summary: IRunSummary | null = null;
   private _snapshot = '';
 
   constructor(options: DistModel.IOptions) {
@@ -151,6 +159,11 @@ export class DistModel extends PollingModel {
     return this._series;
   }
 
+  /** The current run's measures as the server computes them (never recomputed here). */
+  get summary(): IRunSummary | null {
+    return this._summary;
+  }
+
   protected async update(): Promise<boolean> {
     const [clusters, runs] = await Promise.all([fetchClusters(), fetchRuns()]);
     this._clusters = clusters;
@@ -163,13 +176,21 @@ export class DistModel extends PollingModel {
     if (current === null) {
       changed = changed || this._series !== null;
       this._series = null;
+      this._summary = null;
       return changed;
     }
     if (this._series?.runId !== current.id) {
       this._series = new RunSeries(current.id);
+      this._summary = null;
       changed = true;
     }
-    return (await pullMetrics(this._series)) || changed;
+    const [grew, summary] = await Promise.all([
+      pullMetrics(this._series),
+      fetchSummary(current.id)
+    ]);
+    const summaryChanged = JSON.stringify(summary) !== JSON.stringify(this._summary);
+    this._summary = summary;
+    return grew || summaryChanged || changed;
   }
 }
 

@@ -12,7 +12,8 @@ import { CommandIDs } from './commands';
 import { CurveView } from './curve';
 import { h, setText, syncChildren } from './dom';
 import { DistModel } from './model';
-import { formatBytes, formatNumber, IRankStats, stragglers } from './series';
+import type { IRankSummary, IRunSummary } from './protocol';
+import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
 import type { IClusterModel, IRankModel, IRunModel } from './types';
 
@@ -22,8 +23,6 @@ export function formatTime(seconds: number | null): string {
 
 export class DistPanel extends Widget {
   readonly model: DistModel;
-  /** Fraction below the median samples/s that makes a straggler. */
-  stragglerThreshold = 0.2;
   private readonly _commands: CommandRegistry;
   private readonly _error = h('div', 'dn-error');
   private readonly _clusters = h('div', 'dn-clusters');
@@ -98,10 +97,12 @@ export class DistPanel extends Widget {
     this._error.hidden = !model.error;
 
     const run = model.currentRun;
-    const stats = model.series?.allStats() ?? [];
-    const slow = stragglers(stats, this.stragglerThreshold);
+    // The measures are the server's (dist_notebook/protocol.py): drawn, never recomputed.
+    const summary = model.summary;
+    const stats = summary?.ranks ?? [];
+    const slow = new Set(stats.filter(s => s.straggler).map(s => s.rank));
     this._renderClusters(run, stats, slow);
-    this._renderCurrent(run, slow);
+    this._renderCurrent(run, summary, slow);
     this._runs.render(model.runs, run);
     this._renderHistory();
     if (this.firstRender === null && (model.clusters.length || model.runs.length)) {
@@ -112,7 +113,7 @@ export class DistPanel extends Widget {
 
   private _renderClusters(
     run: IRunModel | null,
-    stats: IRankStats[],
+    stats: IRankSummary[],
     slow: Set<number>
   ): void {
     const clusters = this.model.liveClusters;
@@ -192,7 +193,7 @@ export class DistPanel extends Widget {
   private _updateCluster(
     node: HTMLElement,
     cluster: IClusterModel,
-    stats: IRankStats[],
+    stats: IRankSummary[],
     slow: Set<number>
   ): void {
     node.dataset.state = cluster.state;
@@ -221,16 +222,18 @@ export class DistPanel extends Widget {
     );
   }
 
-  private _renderCurrent(run: IRunModel | null, slow: Set<number>): void {
+  private _renderCurrent(
+    run: IRunModel | null,
+    summary: IRunSummary | null,
+    slow: Set<number>
+  ): void {
     this._current.hidden = run === null;
     if (run === null) {
       return;
     }
     this._current.dataset.runId = run.id;
-    const steps = this.model.series
-      ?.allStats()
-      .reduce((m, s) => Math.max(m, s.step ?? 0), 0);
-    const progress = run.steps ? ` · step ${steps ?? 0}/${run.steps}` : '';
+    const steps = summary?.steps_done ?? 0;
+    const progress = run.steps ? ` · step ${steps}/${run.steps}` : '';
     setText(this._runTitle, `${run.name} · ${run.state}${progress}`);
     this._runTitle.dataset.state = run.state;
     this._curve.update(this.model.series, slow);
@@ -285,21 +288,29 @@ function createRank(rank: IRankModel): HTMLTableRowElement {
 function updateRank(
   row: HTMLTableRowElement,
   rank: IRankModel,
-  stats: IRankStats | null,
+  stats: IRankSummary | null,
   straggler: boolean
 ): void {
   row.dataset.state = rank.state;
   row.classList.toggle('dn-straggler', straggler);
   row.title = `rank ${rank.rank}: ${rank.state}${rank.host ? ` on ${rank.host}` : ''}${
     rank.pid ? `, pid ${rank.pid}` : ''
-  }${straggler ? ' (straggler: samples/s well below the median)' : ''}`;
+  }${straggler ? ' (straggler: the most compute time; the others wait for it)' : ''}`;
   setText(row.querySelector('.dn-rank-device')!, rank.device ?? '');
   setText(
     row.querySelector('.dn-rank-step')!,
-    stats?.step === null || !stats ? '–' : String(stats.step)
+    stats?.last_step === null || !stats ? '–' : String(stats.last_step)
   );
-  setText(row.querySelector('.dn-rank-sps')!, formatNumber(stats?.samplesPerS ?? null));
-  setText(row.querySelector('.dn-rank-gpu')!, formatBytes(stats?.gpuMem ?? null));
+  setText(
+    row.querySelector('.dn-rank-sps')!,
+    formatNumber(finite(stats?.samples_per_s))
+  );
+  setText(row.querySelector('.dn-rank-gpu')!, formatBytes(finite(stats?.gpu_mem)));
+}
+
+/** A JSON float as a number to print; "nan"/"inf" and missing ones print as a dash. */
+function finite(value: number | string | null | undefined): number | null {
+  return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
 
 export namespace DistPanel {

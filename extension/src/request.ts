@@ -13,6 +13,7 @@ import type {
   IRunDetailModel,
   IRunModel
 } from './types';
+import type { IRunSummary } from './protocol';
 
 const API_PATH = 'dist-notebook/api';
 
@@ -83,6 +84,11 @@ export function fetchRun(runId: string): Promise<IRunDetailModel> {
 
 export function fetchMetrics(runId: string, since: number): Promise<IMetricsPage> {
   return requestAPI<IMetricsPage>(`runs/${id(runId)}/metrics` + query({ since }));
+}
+
+/** The run's derived measures, computed by the server (dist_notebook/protocol.py). */
+export function fetchSummary(runId: string): Promise<IRunSummary> {
+  return requestAPI<IRunSummary>(`runs/${encodeURIComponent(runId)}/summary`);
 }
 
 export function postClusterAction(

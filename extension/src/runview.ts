@@ -16,7 +16,6 @@ import type { IExportModel } from './types';
 
 export class RunView extends Widget {
   readonly model: RunModel;
-  stragglerThreshold = 0.2;
   private readonly _summary = h('div', 'dn-runview-summary');
   private readonly _error = h('pre', 'dn-runview-error');
   private readonly _exports = h('div', 'dn-runview-exports');

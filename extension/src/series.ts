@@ -1,6 +1,7 @@
 /**
- * Per-rank series of one run, built from incremental metrics records, and the pure
- * computations the views need: throughput, stragglers, curve geometry.
+ * Per-rank series of one run, built from incremental metrics records, and curve
+ * geometry. Derived measures (samples/s, step time, comm share, straggler) are never
+ * computed here: the server's summary (dist_notebook/protocol.py) carries them.
  *
  * No DOM and no JupyterLab imports here: this module is unit-tested under node.
  */
@@ -54,19 +55,6 @@ export interface IPoint {
   value: number;
 }
 
-/** What the panel shows for one rank: its latest state in the run. */
-export interface IRankStats {
-  rank: number;
-  step: number | null;
-  loss: number | null;
-  /** Mean samples/s over the last few records (a single step is noisy). */
-  samplesPerS: number | null;
-  /** GPU memory in bytes, when the rank reports `gpu_mem`. */
-  gpuMem: number | null;
-  time: number;
-  records: number;
-}
-
 /** The rectangle of data values a chart shows. */
 export interface IExtent {
   x0: number;
@@ -74,9 +62,6 @@ export interface IExtent {
   y0: number;
   y1: number;
 }
-
-/** Records kept for the samples/s mean. */
-const THROUGHPUT_WINDOW = 5;
 
 function num(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
@@ -87,11 +72,8 @@ const NOT_METRICS = new Set(['seq', 'rank', 'step', 'time']);
 const SYSTEM_SET = new Set<string>(SYSTEM);
 
 class RankSeries {
-  /** Every numeric metric the rank reported, by name; samples_per_s also derived. */
+  /** Every numeric metric the rank reported, by name (system fields too). */
   readonly curves = new Map<string, IPoint[]>();
-  readonly throughput: number[] = [];
-  last: ISeqRecord | null = null;
-  gpuMem: number | null = null;
   count = 0;
 
   add(record: ISeqRecord): void {
@@ -106,19 +88,6 @@ class RankSeries {
         this.push(name, step, value);
       }
     }
-    const sps = this.samplesPerS(record);
-    if (sps !== null) {
-      if (jsonNum(record.metrics.samples_per_s) === null) {
-        this.push('samples_per_s', step, sps);
-      }
-      this.throughput.push(sps);
-      if (this.throughput.length > THROUGHPUT_WINDOW) {
-        this.throughput.shift();
-      }
-    }
-    this.gpuMem =
-      jsonNum(record.gpu?.mem) ?? jsonNum(record.metrics.gpu_mem) ?? this.gpuMem;
-    this.last = record;
     this.count += 1;
   }
 
@@ -129,20 +98,6 @@ class RankSeries {
       this.curves.set(name, curve);
     }
     curve.push({ step, value });
-  }
-
-  private samplesPerS(record: ISeqRecord): number | null {
-    const reported = jsonNum(record.metrics.samples_per_s);
-    if (reported !== null) {
-      return reported;
-    }
-    // Only `samples` reported: divide by the time since this rank's previous record.
-    const samples = jsonNum(record.samples);
-    if (samples === null || this.last === null) {
-      return null;
-    }
-    const dt = record.time - this.last.time;
-    return dt > 0 ? samples / dt : null;
   }
 }
 
@@ -212,57 +167,6 @@ export class RunSeries {
       a === 'loss' ? -1 : b === 'loss' ? 1 : a.localeCompare(b)
     );
   }
-
-  stats(rank: number): IRankStats | null {
-    const series = this._ranks.get(rank);
-    if (series === undefined || series.last === null) {
-      return null;
-    }
-    const last = series.last;
-    const sps = series.throughput;
-    const loss = series.curves.get('loss');
-    return {
-      rank,
-      step: num(last.step),
-      loss: loss?.length ? loss[loss.length - 1].value : null,
-      samplesPerS: sps.length ? sps.reduce((a, b) => a + b, 0) / sps.length : null,
-      gpuMem: series.gpuMem,
-      time: last.time,
-      records: series.count
-    };
-  }
-
-  allStats(): IRankStats[] {
-    return this.ranks.map(r => this.stats(r)).filter((s): s is IRankStats => !!s);
-  }
-}
-
-export function median(values: readonly number[]): number | null {
-  if (values.length === 0) {
-    return null;
-  }
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/**
- * The ranks whose samples/s is more than *threshold* (a fraction) below the median
- * over ranks. Needs at least two ranks with a throughput.
- */
-export function stragglers(stats: readonly IRankStats[], threshold = 0.2): Set<number> {
-  const known = stats.filter(s => s.samplesPerS !== null);
-  const out = new Set<number>();
-  const mid = median(known.map(s => s.samplesPerS as number));
-  if (known.length < 2 || mid === null || mid <= 0) {
-    return out;
-  }
-  for (const s of known) {
-    if ((s.samplesPerS as number) < mid * (1 - threshold)) {
-      out.add(s.rank);
-    }
-  }
-  return out;
 }
 
 /** The extent of all points, widened where it would be empty. */

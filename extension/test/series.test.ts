@@ -6,9 +6,7 @@ import {
   formatBytes,
   formatNumber,
   linePath,
-  median,
   RunSeries,
-  stragglers,
   thin
 } from '../src/series';
 import type { IMetricRecord } from '../src/types';
@@ -51,72 +49,20 @@ describe('RunSeries', () => {
     assert.equal(s.lastSeq, 9);
   });
 
-  it('derives samples/s from samples and time when not reported', () => {
+  it('derives no measure: samples/s and stragglers come from the server', () => {
     const s = new RunSeries('r');
     s.add([
       { seq: 1, rank: 0, step: 0, time: 10, samples: 32 },
-      { seq: 2, rank: 0, step: 1, time: 10.5, samples: 32 },
-      { seq: 3, rank: 0, step: 2, time: 11, samples: 32 }
+      { seq: 2, rank: 0, step: 1, time: 10.5, samples: 32 }
     ]);
-    assert.equal(s.stats(0)?.samplesPerS, 64);
-    assert.deepEqual(
-      s.curve(0, 'samples_per_s').map(p => p.value),
-      [64, 64]
-    );
-  });
-
-  it('reports the latest step, loss, mean throughput and GPU memory', () => {
-    const s = new RunSeries('r');
-    for (let i = 0; i < 10; i++) {
-      s.add([
-        rec(i + 1, 0, i, {
-          loss: 10 - i,
-          samples_per_s: i < 5 ? 1 : 3,
-          gpu_mem: 1024 * i
-        })
-      ]);
-    }
-    const st = s.stats(0)!;
-    assert.equal(st.step, 9);
-    assert.equal(st.loss, 1);
-    assert.equal(st.samplesPerS, 3); // the window holds the last five records only
-    assert.equal(st.gpuMem, 9 * 1024);
-    assert.equal(s.stats(5), null);
+    assert.deepEqual(s.metrics, ['samples']);
+    assert.deepEqual(s.curve(0, 'samples_per_s'), []);
   });
 
   it('lists metrics with loss first', () => {
     const s = new RunSeries('r');
     s.add([rec(1, 0, 0, { step_time: 0.1, loss: 1, comm_share: 0.2, note: 'x' })]);
     assert.deepEqual(s.metrics, ['loss', 'comm_share', 'step_time']);
-  });
-});
-
-describe('stragglers', () => {
-  const stats = (sps: (number | null)[]) =>
-    sps.map((v, rank) => ({
-      rank,
-      step: 1,
-      loss: 1,
-      samplesPerS: v,
-      gpuMem: null,
-      time: 0,
-      records: 1
-    }));
-
-  it('marks ranks more than 20% below the median', () => {
-    assert.deepEqual([...stragglers(stats([100, 100, 79, 100, 81]))], [2]);
-  });
-  it('needs two ranks with a throughput', () => {
-    assert.equal(stragglers(stats([100])).size, 0);
-    assert.equal(stragglers(stats([100, null])).size, 0);
-  });
-  it('takes the threshold as a fraction', () => {
-    assert.deepEqual([...stragglers(stats([100, 100, 91]), 0.05)], [2]);
-  });
-  it('computes medians of odd and even counts', () => {
-    assert.equal(median([3, 1, 2]), 2);
-    assert.equal(median([4, 1, 2, 3]), 2.5);
-    assert.equal(median([]), null);
   });
 });
 
