@@ -16,6 +16,7 @@ import pytest
 import zmq
 
 from dist_notebook.metrics import RunMetrics
+from dist_notebook.protocol import wire_message
 from dist_notebook.training.collector import Collector
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,7 +92,8 @@ def test_metrics_channel_drops_unsigned_and_wrongly_signed() -> None:
         port = int(collector.endpoint.rsplit(":", 1)[1])
         assert ("127.0.0.1", port) in listening(os.getpid())
         push.connect(collector.endpoint)
-        payload = json.dumps({"run": "run1", "rank": 0, "step": 1, "time": time.time()}).encode()
+        row = [1, time.time(), None, None, None, {}, None]
+        payload = json.dumps(wire_message("run1", 0, [row])).encode()
         good = hmac.new(key, payload, hashlib.sha256).digest()
         wrong = hmac.new(os.urandom(32), payload, hashlib.sha256).digest()
         push.send_multipart([payload])  # unsigned
