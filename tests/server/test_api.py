@@ -125,6 +125,11 @@ async def test_unknown_ids_are_404(jp_fetch, filled_store, parts, message):
             {"since": "-1"},
             "since must be between 0 and 2**63 - 1, not -1",
         ),
+        (
+            ("runs", RUNNING, "metrics"),
+            {"since": str(2**63)},
+            f"since must be between 0 and 2**63 - 1, not {2**63}",
+        ),
         (("runs", RUNNING, "metrics"), {"limit": "0"}, "limit must be between 1 and 50000, not 0"),
         (("runs",), {"state": "bogus"}, "state must be one of pending, running, succeeded,"),
     ],
