@@ -9,7 +9,7 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { CommandIDs } from './commands';
-import { CurveView } from './curve';
+import { ChartView } from './chart/view';
 import { h, setText, syncChildren } from './dom';
 import { DistModel } from './model';
 import type { IRankSummary, IRunSummary } from './protocol';
@@ -32,7 +32,10 @@ export class DistPanel extends Widget {
     'No cluster yet. In a notebook: %load_ext dist_notebook, then %dist_cluster start.'
   );
   private readonly _runTitle = h('div', 'dn-current-run-title');
-  private readonly _curve = new CurveView('loss', 'dn-run-curve');
+  /** The current run's chart: the same component as the cell's live view and run tab. */
+  private readonly _chart = new ChartView();
+  private _chartRun = '';
+  private _fed = 0;
   private readonly _current = h('section', 'dn-current-run');
   private readonly _runs: RunList;
   private readonly _history = h('details', 'dn-cluster-history');
@@ -61,7 +64,7 @@ export class DistPanel extends Widget {
     this._current.append(
       h('h3', 'dn-section-title', 'Current run'),
       this._runTitle,
-      this._curve.node
+      this._chart.node
     );
     const clusters = h('section', 'dn-clusters-section');
     clusters.append(
@@ -102,7 +105,7 @@ export class DistPanel extends Widget {
     const stats = summary?.ranks ?? [];
     const slow = new Set(stats.filter(s => s.straggler).map(s => s.rank));
     this._renderClusters(run, stats, slow);
-    this._renderCurrent(run, summary, slow);
+    this._renderCurrent(run, summary);
     this._runs.render(model.runs, run);
     this._renderHistory();
     if (this.firstRender === null && (model.clusters.length || model.runs.length)) {
@@ -222,11 +225,7 @@ export class DistPanel extends Widget {
     );
   }
 
-  private _renderCurrent(
-    run: IRunModel | null,
-    summary: IRunSummary | null,
-    slow: Set<number>
-  ): void {
+  private _renderCurrent(run: IRunModel | null, summary: IRunSummary | null): void {
     this._current.hidden = run === null;
     if (run === null) {
       return;
@@ -236,7 +235,17 @@ export class DistPanel extends Widget {
     const progress = run.steps ? ` · step ${steps}/${run.steps}` : '';
     setText(this._runTitle, `${run.name} · ${run.state}${progress}`);
     this._runTitle.dataset.state = run.state;
-    this._curve.update(this.model.series, slow);
+    const series = this.model.series;
+    if (series === null || this._chartRun !== run.id) {
+      this._chart.clear();
+      this._chartRun = run.id;
+      this._fed = 0;
+    }
+    if (series !== null) {
+      this._chart.addRecords(series.records.slice(this._fed));
+      this._fed = series.records.length;
+    }
+    this._chart.setSummary(summary);
   }
 
   /** Stopped, failed and orphaned clusters: one line each, folded, no buttons. */

@@ -55,14 +55,6 @@ export interface IPoint {
   value: number;
 }
 
-/** The rectangle of data values a chart shows. */
-export interface IExtent {
-  x0: number;
-  x1: number;
-  y0: number;
-  y1: number;
-}
-
 function num(value: unknown): number | null {
   return typeof value === 'number' && Number.isFinite(value) ? value : null;
 }
@@ -167,71 +159,6 @@ export class RunSeries {
       a === 'loss' ? -1 : b === 'loss' ? 1 : a.localeCompare(b)
     );
   }
-}
-
-/** The extent of all points, widened where it would be empty. */
-export function extentOf(curves: readonly (readonly IPoint[])[]): IExtent | null {
-  let x0 = Infinity;
-  let x1 = -Infinity;
-  let y0 = Infinity;
-  let y1 = -Infinity;
-  for (const curve of curves) {
-    for (const p of curve) {
-      x0 = Math.min(x0, p.step);
-      x1 = Math.max(x1, p.step);
-      y0 = Math.min(y0, p.value);
-      y1 = Math.max(y1, p.value);
-    }
-  }
-  if (x0 === Infinity) {
-    return null;
-  }
-  if (x1 === x0) {
-    x1 = x0 + 1;
-  }
-  if (y1 === y0) {
-    const pad = Math.abs(y0) * 0.05 || 1;
-    y0 -= pad;
-    y1 += pad;
-  }
-  return { x0, x1, y0, y1 };
-}
-
-/** At most *max* points: every k-th point, always with the last. */
-export function thin(points: readonly IPoint[], max: number): readonly IPoint[] {
-  if (points.length <= max || max < 2) {
-    return points;
-  }
-  const stride = Math.ceil(points.length / (max - 1));
-  const out: IPoint[] = [];
-  for (let i = 0; i < points.length; i += stride) {
-    out.push(points[i]);
-  }
-  if (out[out.length - 1] !== points[points.length - 1]) {
-    out.push(points[points.length - 1]);
-  }
-  return out;
-}
-
-/**
- * An SVG path through *points* in a *width* x *height* box (y grows downwards),
- * thinned to about one point per pixel.
- */
-export function linePath(
-  points: readonly IPoint[],
-  extent: IExtent,
-  width: number,
-  height: number
-): string {
-  const sx = width / (extent.x1 - extent.x0);
-  const sy = height / (extent.y1 - extent.y0);
-  return thin(points, Math.max(2, Math.round(width)))
-    .map((p, i) => {
-      const x = (p.step - extent.x0) * sx;
-      const y = height - (p.value - extent.y0) * sy;
-      return `${i ? 'L' : 'M'}${x.toFixed(1)} ${y.toFixed(1)}`;
-    })
-    .join('');
 }
 
 /** A short number: 3 significant digits, with k/M suffixes above 10^4. */

@@ -1,14 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import {
-  extentOf,
-  formatBytes,
-  formatNumber,
-  linePath,
-  RunSeries,
-  thin
-} from '../src/series';
+import { formatBytes, formatNumber, RunSeries } from '../src/series';
 import type { IMetricRecord } from '../src/types';
 
 function rec(
@@ -63,43 +56,6 @@ describe('RunSeries', () => {
     const s = new RunSeries('r');
     s.add([rec(1, 0, 0, { step_time: 0.1, loss: 1, comm_share: 0.2, note: 'x' })]);
     assert.deepEqual(s.metrics, ['loss', 'comm_share', 'step_time']);
-  });
-});
-
-describe('curve geometry', () => {
-  it('spans all points and widens flat extents', () => {
-    assert.equal(extentOf([[]]), null);
-    assert.deepEqual(
-      extentOf([
-        [
-          { step: 0, value: 1 },
-          { step: 4, value: 3 }
-        ],
-        [{ step: 2, value: 0.5 }]
-      ]),
-      { x0: 0, x1: 4, y0: 0.5, y1: 3 }
-    );
-    const flat = extentOf([[{ step: 3, value: 2 }]])!;
-    assert.ok(flat.x1 > flat.x0 && flat.y1 > flat.y0);
-  });
-
-  it('maps the extent onto the box with y downwards', () => {
-    const points = [
-      { step: 0, value: 0 },
-      { step: 10, value: 1 }
-    ];
-    assert.equal(
-      linePath(points, { x0: 0, x1: 10, y0: 0, y1: 1 }, 100, 50),
-      'M0.0 50.0L100.0 0.0'
-    );
-  });
-
-  it('thins long curves and keeps the last point', () => {
-    const points = Array.from({ length: 1000 }, (_, i) => ({ step: i, value: i }));
-    const few = thin(points, 100);
-    assert.ok(few.length <= 101);
-    assert.equal(few[few.length - 1].step, 999);
-    assert.equal(thin(points.slice(0, 5), 100).length, 5);
   });
 });
 

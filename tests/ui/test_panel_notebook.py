@@ -70,7 +70,7 @@ def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[
     expect(cluster.locator('.dn-rank[data-rank="0"]')).to_be_visible()
     expect(cluster.locator('.dn-rank[data-rank="1"]')).to_be_visible()
     expect(panel.locator(".dn-current-run-title")).to_contain_text("ui-test", timeout=90_000)
-    line = panel.locator('.dn-run-curve path.dn-curve-line[data-rank="0"]')
+    line = panel.locator('.dn-current-run path.dn-chart-line[data-rank="0"]')
     expect(line).to_have_attribute("d", re.compile(r"^M.+L.+"), timeout=60_000)
     shot(page, "notebook-running")
 
@@ -80,7 +80,7 @@ def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[
     )
     expect(last_prompt).to_contain_text("[3]", timeout=120_000)
     assert cell_errors(page) == []
-    expect(panel.locator(".dn-run-curve path.dn-curve-line")).to_have_count(2)
+    expect(panel.locator(".dn-current-run path.dn-chart-line")).to_have_count(3)  # + mean
     expect(cluster.locator('.dn-rank[data-rank="0"] .dn-rank-step')).to_have_text("39")
     shot(page, "notebook-done")
 
