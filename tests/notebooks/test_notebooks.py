@@ -47,7 +47,6 @@ def test_exercises_fit_their_solutions(path: Path) -> None:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
-    pytest.importorskip("nbclient")
     env = dict(os.environ)
     env["DIST_NOTEBOOK_STORE"] = str(tmp_path / "runs.sqlite")
     env.pop("MPLBACKEND", None)  # let the inline backend of ipykernel draw the plots
