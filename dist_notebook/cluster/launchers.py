@@ -276,6 +276,15 @@ srun --kill-on-bad-exit=0 {program_and_args}
 """
     )
 
+    def __init__(self, work_dir: str = ".", config: Any = None, **kwargs: Any) -> None:
+        super().__init__(work_dir=work_dir, config=config, **kwargs)
+        # ipyparallel writes the job script into the working directory (the user's
+        # notebook folder); keep it with the cluster's other files, removed at stop.
+        if self.profile_dir:
+            self.batch_file = os.path.join(
+                self.profile_dir, f"{self.batch_file_name}-{self.cluster_id or 'engines'}"
+            )
+
 
 def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
     """The engine launcher class for *spec*'s launcher, and the ipyparallel config for it.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,11 @@ def test_killed_host_fails_the_cell_naming_it_then_restart(shell: Any, cluster: 
 def test_stop_cancels_the_job_and_leaves_nothing(cluster: Any, slurm_hosts: Any) -> None:
     assert len(jobs(slurm_hosts.slurm_conf)) == 1
     s.expect_stop_leaves_nothing(cluster)
+    # scancel returns before slurmctld has finished the job (state COMPLETING): wait for
+    # it to leave the queue, with a bound.
+    deadline = time.monotonic() + 20
+    while jobs(slurm_hosts.slurm_conf) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert jobs(slurm_hosts.slurm_conf) == []
 
 
