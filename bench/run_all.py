@@ -167,6 +167,8 @@ def section_cold(d: dict[str, Any]) -> str:
         per = [d["results"][n][m].get("cpu_seconds", {}).get("median") for n in sizes]
         if all(v is not None for v in per):
             cpu.append(f"{LABELS.get(m, m)} {' / '.join(f'{v:.1f}' for v in per)}")
+    if d.get("note"):
+        text += f"\n\n{d['reps']} run per cell: {d['note']}."
     if cpu:
         text += (
             f"\n\nCPU seconds per start ({' / '.join(sizes)} ranks, median; every process of "
