@@ -12,7 +12,7 @@ import psutil
 from .. import protocol
 from ..protocol import Record, RunSummary
 from .location import store_path
-from .schema import StoreError, connect, metrics_columns
+from .schema import StoreError, columns, connect, metrics_columns
 from .writer import LIVE_CLUSTER, orphan_reason
 
 # Fields that version 1 of the store kept inside `data` with the user's metrics.
@@ -44,6 +44,7 @@ class StoreReader:
         self.path = path or store_path()
         self._conn = connect(self.path, create=False)
         self._sys_columns: bool | None = None
+        self._node_column: bool | None = None
 
     def close(self) -> None:
         self._conn.close()
@@ -104,8 +105,13 @@ class StoreReader:
         return rows[0]
 
     def ranks(self, cluster_id: str) -> list[dict[str, Any]]:
+        """The cluster's ranks in rank order; ``node_rank`` is None where the store (of
+        schema version 2, not yet opened by a newer kernel) or the rank has none."""
+        if self._node_column is None:
+            self._node_column = "node_rank" in columns(self._conn, "ranks")
+        node = "node_rank" if self._node_column else "NULL AS node_rank"
         return self._query(
-            "SELECT rank, host, pid, device, state, engine_id FROM ranks"
+            f"SELECT rank, host, pid, device, state, engine_id, {node} FROM ranks"
             " WHERE cluster_id = ? ORDER BY rank",
             (cluster_id,),
         )

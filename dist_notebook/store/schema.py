@@ -12,7 +12,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS ranks (
     device TEXT,
     state TEXT NOT NULL,
     engine_id INTEGER,
+    node_rank INTEGER,
     PRIMARY KEY (cluster_id, rank)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -170,10 +171,18 @@ _V2_COLUMNS = ("step_time", "comm_time", "samples", "gpu")
 
 
 def metrics_columns(conn: sqlite3.Connection) -> set[str]:
-    return {row[1] for row in conn.execute("PRAGMA table_info(metrics)").fetchall()}
+    return columns(conn, "metrics")
+
+
+def columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})").fetchall()}
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
+    # Version 3: each rank's node (its host's place in the cluster's node order). Ranks
+    # recorded before it have none (NULL): they ran on one machine, or ungrouped.
+    if "node_rank" not in columns(conn, "ranks"):
+        conn.execute("ALTER TABLE ranks ADD COLUMN node_rank INTEGER")
     have = metrics_columns(conn)
     for column in _V2_COLUMNS:
         if column not in have:

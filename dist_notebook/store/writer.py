@@ -174,8 +174,8 @@ class StoreWriter:
         for r in ranks:
             stmts.append(
                 (
-                    "INSERT INTO ranks (cluster_id, rank, host, pid, device, state, engine_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO ranks (cluster_id, rank, host, pid, device, state, engine_id,"
+                    " node_rank) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         cluster_id,
                         r["rank"],
@@ -184,6 +184,7 @@ class StoreWriter:
                         r.get("device"),
                         r.get("state", "idle"),
                         r.get("engine_id"),
+                        r.get("node_rank"),
                     ),
                 )
             )

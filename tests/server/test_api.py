@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -50,6 +51,19 @@ async def test_clusters_with_ranks(jp_fetch, filled_store):
         (1, "localhost", 102, "cpu", "busy"),
     ]
     assert await get_json(jp_fetch, "clusters", CLUSTER) == c
+
+
+async def test_ranks_name_their_node(jp_fetch, writer):
+    writer.add_cluster(
+        "multi", n=3, backend="gloo", kernel_pid=os.getpid(), profile_dir="/p", ipp_cluster_id="x"
+    )
+    hosts = [("h1", 0), ("h1", 0), ("h2", 1)]
+    writer.set_ranks(
+        "multi",
+        [{"rank": r, "host": h, "pid": r, "node_rank": node} for r, (h, node) in enumerate(hosts)],
+    )
+    cluster = await get_json(jp_fetch, "clusters", "multi")
+    assert [(r["host"], r["node_rank"]) for r in cluster["ranks"]] == hosts
 
 
 async def test_runs_newest_first_and_filtered(jp_fetch, filled_store):

@@ -55,6 +55,59 @@ def test_cluster_and_ranks_read_back(writer: StoreWriter) -> None:
         reader.close()
 
 
+def test_ranks_carry_their_node(writer: StoreWriter) -> None:
+    hosts = [("h1", 0), ("h1", 0), ("h2", 1)]
+    writer.set_ranks(
+        "c1",
+        [{"rank": r, "host": h, "pid": r, "node_rank": node} for r, (h, node) in enumerate(hosts)],
+    )
+    reader = StoreReader(writer.path)
+    try:
+        assert [(r["host"], r["node_rank"]) for r in reader.ranks("c1")] == hosts
+    finally:
+        reader.close()
+
+
+# The ranks table of schema version 2, before node_rank.
+V2_RANKS = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '2');
+CREATE TABLE ranks (
+    cluster_id TEXT NOT NULL, rank INTEGER NOT NULL, host TEXT, pid INTEGER, device TEXT,
+    state TEXT NOT NULL, engine_id INTEGER, PRIMARY KEY (cluster_id, rank)
+);
+INSERT INTO ranks VALUES ('old', 0, 'h1', 10, 'cpu', 'stopped', 0);
+"""
+
+
+def test_a_version_2_store_is_read_then_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "runs.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(V2_RANKS)
+    conn.close()
+    # A reader (the server) reads it as it is: no node for the old rank.
+    reader = StoreReader(path)
+    try:
+        assert [(r["host"], r["node_rank"]) for r in reader.ranks("old")] == [("h1", None)]
+    finally:
+        reader.close()
+    # A writer (a newer kernel) adds the column, keeps the old rows, records nodes.
+    writer = StoreWriter(path)
+    try:
+        writer.set_ranks("new", [{"rank": 0, "host": "h2", "node_rank": 1}])
+    finally:
+        writer.close()
+    conn = sqlite3.connect(path)
+    try:
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        rows = conn.execute("SELECT cluster_id, host, node_rank FROM ranks ORDER BY cluster_id")
+        assert (version[0], rows.fetchall()) == ("3", [("new", "h2", 1), ("old", "h1", None)])
+    finally:
+        conn.close()
+
+
 def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
     writer.add_run("r1", name="demo", cluster_id="c1", ranks=[0, 1], steps=3, code="x = 1")
     writer.append_metrics(
