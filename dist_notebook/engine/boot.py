@@ -3,6 +3,12 @@
 Sets the rank environment before anything imports torch, starts watching the parent,
 starts importing torch in the background (about 2 s that would otherwise fall on the
 first cell), then hands over to ipyparallel's engine.
+
+Local engines run without ipyparallel's nanny (a second Python process per engine,
+~0.4 CPU-s to start, waited for before the engine registers): the engine answers the
+client's ``signal_request`` itself, on its control thread, which runs while a cell
+blocks the main thread. The nanny's other duty, telling the controller at once that
+its engine died, is the launcher's for local engines (the kernel watches their exits).
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Any
 
 
 def _preimport() -> None:
@@ -18,9 +25,34 @@ def _preimport() -> None:
     import torch.distributed  # noqa: F401
 
 
+def _answer_signals() -> None:
+    """Let the engine's kernel answer ``signal_request`` (``Client.send_signal``, which
+    ``DistCluster.interrupt`` uses) as the nanny would: signal this process."""
+    import signal
+
+    from ipyparallel import error
+    from ipyparallel.engine.kernel import IPythonParallelKernel
+
+    def signal_request(
+        self: IPythonParallelKernel, stream: object, ident: object, parent: dict
+    ) -> None:
+        sig = parent["content"].get("sig")
+        try:
+            os.kill(os.getpid(), getattr(signal, sig) if isinstance(sig, str) else int(sig))
+            content: dict = {"status": "ok"}
+        except Exception:  # a bad signal name or number: the error goes back to the client
+            content = error.wrap_exception()
+        self.session.send(stream, "signal_reply", content=content, parent=parent, ident=ident)
+
+    kernel: Any = IPythonParallelKernel
+    kernel.signal_request = signal_request
+    if "signal_request" not in kernel.control_msg_types:
+        kernel.control_msg_types = [*kernel.control_msg_types, "signal_request"]
+
+
 def _after_kernel_died() -> None:
-    """End our nanny (it would wait 3 s to tell a dead controller) and remove the
-    cluster's stack folder, which the kernel would have removed at stop."""
+    """End our nanny if we have one (it would wait 3 s to tell a dead controller) and
+    remove the cluster's stack folder, which the kernel would have removed at stop."""
     import shutil
 
     from .parent import kill_children
@@ -40,6 +72,8 @@ def main() -> None:
     watch_parent(before_exit=_after_kernel_died)
     register()
     threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()
+    if "--IPEngine.enable_nanny=False" in sys.argv:
+        _answer_signals()
     from ipyparallel.engine.app import main as ipengine_main
 
     sys.argv[0] = "ipengine"
