@@ -64,6 +64,8 @@ class RankInfo:
     device: str
     backend: str = ""
     state: str = "idle"
+    # The rank's node: its host's place in the cluster's node order (0 on one machine).
+    node_rank: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -121,12 +121,13 @@ def validate(spec: Any) -> None:
 
 def _validate_slurm(spec: Any) -> None:
     nodes = spec.nodes or 1
-    if spec.n % nodes:
+    # After a scale the jobs' layouts are their own: no even split to check.
+    if not spec.scaled and spec.n % nodes:
         raise HostsError(
             f"-n {spec.n} ranks do not split evenly over --nodes {nodes}; "
             f"use a multiple of {nodes} (each node runs the same number of ranks)"
         )
-    if spec.gpus_per_node and spec.n // nodes != spec.gpus_per_node:
+    elif not spec.scaled and spec.gpus_per_node and spec.n // nodes != spec.gpus_per_node:
         raise HostsError(
             f"--gpus-per-node {spec.gpus_per_node} means {spec.gpus_per_node} ranks a node: "
             f"drop -n, or use -n {nodes * spec.gpus_per_node}"

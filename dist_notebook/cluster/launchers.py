@@ -28,7 +28,7 @@ from ipyparallel.cluster.launcher import (
     SSHEngineSetLauncher,
     sshx,
 )
-from traitlets import Bool, List, Unicode, default
+from traitlets import Bool, Dict, List, Unicode, default
 
 from ..engine.parent import ENV_VAR as PARENT_ENV
 
@@ -116,12 +116,20 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
     def get_env(self) -> dict:
         env = super().get_env()
         host, _, local = self.identifier.rpartition("/")
-        engines = dict(getattr(self.parent, "engines", {}) or {})
-        if host in engines:
-            env["DIST_NOTEBOOK_NODE"] = str(list(engines).index(host))
-            count = engines[host]
+        parent = self.parent
+        engines = dict(getattr(parent, "engines", {}) or {})
+        # A set started by scale names every host of the cluster (node order) and where
+        # its engines' local ranks start on each host; the first set is all of them.
+        order = list(getattr(parent, "hosts", None) or engines)
+        if host in order:
+            env["DIST_NOTEBOOK_NODE"] = str(order.index(host))
+        sizes = dict(getattr(parent, "local_sizes", None) or {})
+        if host in sizes or host in engines:
+            count = sizes.get(host, engines.get(host))
             env["DIST_NOTEBOOK_LOCAL_SIZE"] = str(count if isinstance(count, int) else 1)
-        env["DIST_NOTEBOOK_LOCAL_RANK"] = local
+        first = dict(getattr(parent, "first_local", None) or {}).get(host, 0)
+        env["DIST_NOTEBOOK_LOCAL_RANK"] = str(int(local) + int(first))
+        env["DIST_NOTEBOOK_HOST_NAME"] = host
         return env
 
     def start(self, hostname=None, user=None, port=None):  # type: ignore[no-untyped-def]
@@ -231,6 +239,11 @@ class RankSSHEngineSetLauncher(SSHEngineSetLauncher):
     engine_cmd = List(list(ENGINE_CMD), config=True)
     remote_python = Unicode(sys.executable, config=True, help="Python on the remote hosts")
     delay = 0.0
+    # Set by scale for the engines it adds (see cluster/scale.py): every host of the
+    # cluster in node order, each host's first new local rank and its new rank count.
+    hosts: Any = List(help="all hosts of the cluster, in node order (default: engines' hosts)")
+    first_local: Any = Dict(help="host -> local rank of this set's first engine there")
+    local_sizes: Any = Dict(help="host -> ranks on that host once this set runs")
 
 
 class RankMPIEngineSetLauncher(MPIEngineSetLauncher):
@@ -270,7 +283,7 @@ class RankSlurmEngineSetLauncher(SlurmEngineSetLauncher):
 #SBATCH --job-name=dist-notebook-{cluster_id}
 #SBATCH --ntasks={n}
 #SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node={tasks_per_node}
+{tasks_line}
 {gpu_line}
 srun --kill-on-bad-exit=0 {program_and_args}
 """
@@ -299,10 +312,7 @@ def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
     elif spec.launcher == "mpi":
         cls, traits = RankMPIEngineSetLauncher, {"mpi_args": mpi_args(spec)}
     elif spec.launcher == "slurm":
-        nodes = spec.nodes or 1
-        gpu = f"#SBATCH --gpus-per-node={spec.gpus_per_node}" if spec.gpus_per_node else ""
-        namespace = {"nodes": nodes, "tasks_per_node": spec.n // nodes, "gpu_line": gpu}
-        traits = {"namespace": namespace}
+        traits = {"namespace": slurm_namespace(spec.n, spec.nodes or 1, spec.gpus_per_node)}
         for trait, value in (
             ("queue", spec.partition),
             ("timelimit", spec.time_limit),
@@ -317,11 +327,31 @@ def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
     return cls, {cls.__name__: traits}
 
 
-def mpi_args(spec: Any) -> list[str]:
-    """mpiexec's options: the hosts, and what keeps one rank's death from ending the rest."""
+def slurm_namespace(n: int, nodes: int, gpus_per_node: int = 0) -> dict[str, Any]:
+    """The job script's fields for *n* tasks on at most *nodes* nodes.
+
+    An even split asks for the same number of tasks on each node; any other (a job that
+    scale submits for a few more ranks) lets Slurm spread the tasks over the nodes.
+    """
+    nodes = max(1, min(nodes, n))
+    even = n % nodes == 0
+    return {
+        "nodes": nodes,
+        "tasks_per_node": n // nodes,
+        "tasks_line": f"#SBATCH --ntasks-per-node={n // nodes}" if even else "",
+        "gpu_line": f"#SBATCH --gpus-per-node={gpus_per_node}" if gpus_per_node else "",
+    }
+
+
+def mpi_args(spec: Any, hosts_counts: Any = None) -> list[str]:
+    """mpiexec's options: the hosts, and what keeps one rank's death from ending the rest.
+
+    *hosts_counts* (``((host, n), ...)``, default ``spec.hosts``) places the engines of
+    one mpiexec; hosts with no rank (emptied by scale) are left out."""
     from .hosts import network_of
 
-    hosts = ",".join(f"{h}:{n}" for h, n in spec.hosts)
+    given = spec.hosts if hosts_counts is None else hosts_counts
+    hosts = ",".join(f"{h}:{n}" for h, n in given if n > 0)
     args = ["--host", hosts, "--map-by", "slot"]
     # A killed engine must not take every other rank down with it: the cluster reports
     # the loss and `restart` brings the ranks back.

@@ -48,20 +48,35 @@ def _node_key(probe: dict[str, Any]) -> tuple[str, str]:
     return (probe["host"], probe["address"])
 
 
-def place(ids: list[int], probes: list[dict[str, Any]]) -> list[Place]:
-    """One Place per engine, in rank order."""
+def place(
+    ids: list[int],
+    probes: list[dict[str, Any]],
+    previous: list[str] | None = None,
+    kept: set[int] | None = None,
+) -> list[Place]:
+    """One Place per engine, in rank order.
+
+    After a scale, *previous* is the hosts' node order before it and *kept* the engines
+    that were there: known hosts keep their order (new ones follow), and on each host the
+    kept engines keep theirs, the new ones after them. (Node ids of jobs or launches
+    started apart say nothing about each other.)
+    """
+    rescaled = previous is not None
+    known = {host: i for i, host in enumerate(dict.fromkeys(previous or []))}
+    kept = kept or set()
     nodes: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
     for position, (eid, probe) in enumerate(zip(ids, probes, strict=True)):
         nodes.setdefault(_node_key(probe), []).append((position, {**probe, "engine_id": eid}))
 
-    def node_order(key: tuple[str, str]) -> tuple[int, int, int]:
+    def node_order(key: tuple[str, str]) -> tuple[int, int, int, int]:
         members = nodes[key]
         node_ids = {p["node"] for _, p in members if p["node"] is not None}
-        if len(node_ids) > 1:
+        if len(node_ids) > 1 and not rescaled:
             raise PlacementError(f"host {key[0]} reports node ids {sorted(node_ids)}")
         hints = [p["rank_hint"] for _, p in members if p["rank_hint"] is not None]
         first = min(pos for pos, _ in members)
-        return (min(node_ids, default=1 << 30), min(hints, default=1 << 30), first)
+        before = known.get(key[0], len(known))
+        return (before, min(node_ids, default=1 << 30), min(hints, default=1 << 30), first)
 
     ordered = sorted(nodes, key=node_order)
     world = len(ids)
@@ -69,7 +84,11 @@ def place(ids: list[int], probes: list[dict[str, Any]]) -> list[Place]:
     for node_rank, key in enumerate(ordered):
         members = sorted(
             nodes[key],
-            key=lambda m: (m[1]["local_rank"] if m[1]["local_rank"] is not None else 1 << 30, m[0]),
+            key=lambda m: (
+                m[1]["engine_id"] not in kept if rescaled else False,
+                m[1]["local_rank"] if m[1]["local_rank"] is not None else 1 << 30,
+                m[0],
+            ),
         )
         for local_rank, (_, p) in enumerate(members):
             places.append(
@@ -90,7 +109,9 @@ def place(ids: list[int], probes: list[dict[str, Any]]) -> list[Place]:
     return [Place(**{**p.__dict__, "master_addr": master}) for p in places]
 
 
-async def assign_ranks(client: Any, ids: list[int]) -> tuple[list[Place], list[dict]]:
+async def assign_ranks(
+    client: Any, ids: list[int], previous: list[str] | None = None, kept: set[int] | None = None
+) -> tuple[list[Place], list[dict]]:
     """Probe engines *ids*, number them, and give each its place (before the group).
 
     Returns the places and each engine's identity afterwards (``group.rank_info``)."""
@@ -99,17 +120,23 @@ async def assign_ranks(client: Any, ids: list[int]) -> tuple[list[Place], list[d
     from ..engine import rankenv
 
     probes = await asyncio.wrap_future(client[ids].apply_async(rankenv.probe))
-    places = place(ids, probes)
+    places = place(ids, probes, previous, kept)
     futures = [client[p.engine_id].apply_async(rankenv.assign, p.to_assign()) for p in places]
     infos = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     return places, list(infos)
 
 
-async def ranks_across_hosts(client: Any, ids: list[int], info: Any) -> tuple[list[Any], str]:
+async def ranks_across_hosts(
+    client: Any,
+    ids: list[int],
+    info: Any,
+    previous: list[str] | None = None,
+    kept: set[int] | None = None,
+) -> tuple[list[Any], str]:
     """The cluster's rank table for remote engines, and MASTER_ADDR (rank 0's address)."""
-    places, infos = await assign_ranks(client, ids)
+    places, infos = await assign_ranks(client, ids, previous, kept)
     ranks = [
-        info(p.rank, p.engine_id, p.host, p.pid, i["device"])
+        info(p.rank, p.engine_id, p.host, p.pid, i["device"], node_rank=p.node_rank)
         for p, i in zip(places, infos, strict=True)
     ]
     return ranks, places[0].master_addr

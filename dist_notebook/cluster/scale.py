@@ -1,10 +1,29 @@
 """``%dist_cluster scale N`` between cells: add or remove ranks, renumber, regroup.
 
-Growing starts N - n engines through the cluster's launcher (they boot with ranks n..N-1
-and import torch while they register); shrinking stops the engines of ranks N..n-1
-through it. Either way every engine is then given its place again (RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, MASTER_ADDR: see ``placement``) and the default process group is
-re-created on a fresh store port (rank 0 binds port 0), so no old connection survives.
+Engines are added and removed through the cluster's launcher (ipyparallel's launchers
+and ours in ``launchers``), never by a scheduler of our own:
+
+- local: N - n more engines start with ranks n..N-1; shrinking stops the engines of
+  ranks N..n-1.
+- ssh: growing fills the least-loaded host of those the cluster was started with (ties:
+  the first in ``--hosts`` order), one rank at a time; shrinking takes from the most
+  loaded one (ties: the last), its highest local rank first. ``scale --hosts h1:2,h2:3``
+  gives the new layout instead (a host left out ends with no rank; a new host is added
+  after the others). The new engines are one more engine set over ssh, told their node
+  and their local ranks after the host's present ones; a leaving engine is stopped by
+  its own launcher.
+- mpi: the same rule; each host that grows gets one more ``mpiexec`` (local ranks and
+  GPUs after the host's present ones); a leaving engine is shut down through the
+  controller, and an ``mpiexec`` left with no engine is stopped.
+- slurm: growing submits one more job for the extra ranks, with the cluster's options
+  (partition, time limit, account, GPUs per node; at most ``--nodes`` nodes); shrinking
+  removes the newest ranks first (those of the last job), and a job left with no engine
+  is cancelled.
+
+Every engine is then given its place again (RANK, NODE_RANK, LOCAL_RANK,
+LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR: see ``placement``; ranks by node, then local
+rank, hosts keeping their order) and the default process group is re-created on a fresh
+store port (rank 0 binds port 0), so no old connection survives.
 
 What the user's state does: surviving ranks keep their Python namespace, new ranks start
 empty. A DDP model holds the old group, so it must be built again after scaling: run
@@ -16,52 +35,83 @@ first. The global batch stays the same when the per-rank batch is derived from i
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from typing import Any
 
+from traitlets.config import Config
+
+from .hosts import HostsError, format_hosts, parse_hosts
+from .launchers import mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
 from .placement import ranks_across_hosts
+
+ENGINE_ARGS = ["--IPEngine.max_heartbeat_misses=10"]  # as cluster._start_engines
+LEAVE_TIMEOUT = 30.0  # seconds for removed engines to leave the controller
 
 
 class ScaleError(RuntimeError):
     """The cluster cannot be scaled as asked; the message names the fix."""
 
 
-def check(cluster: Any, n: int) -> None:
+def check(cluster: Any, n: int, hosts: str | None = None) -> None:
+    spec = cluster.spec
     if cluster.state.value != "ready":
         raise ScaleError(
             f"the cluster is {cluster.state.value}: scale a ready cluster "
             "(run %dist_cluster restart first)"
         )
-    if cluster.spec.launcher != "local":
+    if hosts and spec.launcher not in ("ssh", "mpi"):
         raise ScaleError(
-            f"scale changes local engines only; with --launcher {cluster.spec.launcher} "
-            "stop and start again with the new --hosts or --nodes"
+            f"scale --hosts is for --launcher ssh or mpi; with --launcher {spec.launcher} "
+            "give the number of ranks only (scale N)"
         )
-    if cluster.spec.gpus and n > len(cluster.spec.gpus):
+    if spec.launcher == "slurm" and spec.gpus_per_node and n > cluster.n:
+        if (n - cluster.n) % spec.gpus_per_node:
+            raise ScaleError(
+                f"scale {n}: with --gpus-per-node {spec.gpus_per_node} Slurm adds whole nodes; "
+                f"add a multiple of {spec.gpus_per_node} ranks"
+            )
+    if spec.gpus and n > len(spec.gpus):
         raise ScaleError(
             f"scale {n}: the cluster has GPUs {','.join(map(str, cluster.spec.gpus))}, one per "
             "rank; stop and start with --gpus listing more"
         )
 
 
-async def scale(cluster: Any, n: int) -> float:
-    """Make *cluster* have *n* ranks; return the seconds it took."""
-    check(cluster, n)
+async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
+    """Make *cluster* have *n* ranks (ssh, mpi: laid out as *hosts* says, if given);
+    return the seconds it took."""
+    check(cluster, n, hosts)
     t0 = time.perf_counter()
     old = cluster.n
-    if n == old:
+    remote = cluster.spec.launcher != "local"
+    origins: dict[int, dict[str, Any]] = {}
+    target: dict[str, int] = {}
+    if remote:
+        origins = await _origins(cluster)
+        if cluster.spec.launcher in ("ssh", "mpi"):
+            target = _target_layout(cluster, origins, n, hosts)
+            n = sum(target.values())
+            if target == _current_layout(cluster, origins):
+                return 0.0
+    if n == old and not target:
         return 0.0
     cluster.state = type(cluster.state)("restarting")
     cluster._store_state("restarting")
     try:
-        if n > old:
+        previous: list[str] | None = None
+        kept: set[int] | None = None
+        if remote:
+            previous = list(dict.fromkeys(r.host for r in cluster.ranks))
+            ids, kept = await _scale_remote(cluster, n, origins, target)
+        elif n > old:
             ids = await _grow(cluster, n)
         else:
             ids = await _shrink(cluster, n)
         cluster.ranks, cluster.master_addr = await ranks_across_hosts(
-            cluster.client, ids, type(cluster.ranks[0])
+            cluster.client, ids, type(cluster.ranks[0]), previous, kept
         )
         cluster.progress(f"re-creating the process group on {n} ranks")
         await cluster.init_group()
@@ -73,8 +123,8 @@ async def scale(cluster: Any, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def scale_sync(cluster: Any, n: int) -> float:
-    return run_sync(scale(cluster, n))
+def scale_sync(cluster: Any, n: int, hosts: str | None = None) -> float:
+    return run_sync(scale(cluster, n, hosts))
 
 
 def _resize(cluster: Any, n: int) -> None:
@@ -108,3 +158,257 @@ async def _shrink(cluster: Any, n: int) -> list[int]:
     _resize(cluster, n)
     cluster.ranks = [r for r in cluster.ranks if r.rank < n]
     return [r.engine_id for r in cluster.ranks]
+
+
+# --- remote launchers ---------------------------------------------------------------
+
+
+async def _origins(cluster: Any) -> dict[int, dict[str, Any]]:
+    """{engine id: where it came from} for every rank (``rankenv.origin``)."""
+    from ..engine import rankenv
+
+    ids = [r.engine_id for r in cluster.ranks]
+    found = await asyncio.wrap_future(cluster.client[ids].apply_async(rankenv.origin))
+    base = _base_set(cluster)
+    out = {}
+    for eid, origin in zip(ids, found, strict=True):
+        origin = dict(origin)
+        origin["set"] = origin["set"] or base
+        out[eid] = origin
+    return out
+
+
+def _base_set(cluster: Any) -> str | None:
+    """The engine set of start (or restart): its engines carry no set name."""
+    return cluster._engine_sets[0] if cluster._engine_sets else None
+
+
+def _mpi_layout(engine_set: Any) -> list[str]:
+    """Host of each rank of an mpiexec started with ``--host h1:2,h2:1 --map-by slot``."""
+    args = list(getattr(engine_set, "mpi_args", []))
+    hosts = args[args.index("--host") + 1] if "--host" in args else ""
+    out: list[str] = []
+    for host, count in parse_hosts(hosts) if hosts else ():
+        out += [host] * count
+    return out
+
+
+def _host_of(cluster: Any, origin: dict[str, Any]) -> str:
+    """The host (as ``--hosts`` names it) an engine runs on."""
+    if origin["host"]:
+        return str(origin["host"])
+    engine_set = cluster._ipp.engines.get(origin["set"])
+    layout = _mpi_layout(engine_set) if engine_set is not None else []
+    rank = origin["mpi_rank"]
+    if rank is None or rank >= len(layout):
+        raise ScaleError(
+            "cannot tell which host an engine runs on; stop and start the cluster again"
+        )
+    return layout[rank]
+
+
+def _current_layout(cluster: Any, origins: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """{host: ranks} in the cluster's host order (hosts scale emptied keep a 0)."""
+    counts = {host: 0 for host, _ in cluster.spec.hosts}
+    for origin in origins.values():
+        host = _host_of(cluster, origin)
+        counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
+def _target_layout(
+    cluster: Any, origins: dict[int, dict[str, Any]], n: int, hosts: str | None
+) -> dict[str, int]:
+    current = _current_layout(cluster, origins)
+    cap = cluster.spec.gpus_per_node
+    if hosts:
+        try:
+            asked = dict(parse_hosts(hosts))
+        except HostsError as e:
+            raise ScaleError(str(e).replace("--hosts", "scale --hosts")) from None
+        if n and n != sum(asked.values()):
+            raise ScaleError(
+                f"scale {n} --hosts {hosts}: the hosts have {sum(asked.values())} ranks; "
+                "drop N (it follows --hosts) or change the counts"
+            )
+        target = {host: asked.get(host, 0) for host in current}
+        target.update({h: c for h, c in asked.items() if h not in target})
+    else:
+        target = layout(current, n, cap)
+    over = [f"{h}:{c}" for h, c in target.items() if cap and c > cap]
+    if over:
+        raise ScaleError(
+            f"scale: {over[0]} is more ranks than --gpus-per-node {cap} (one GPU per rank)"
+        )
+    return target
+
+
+def layout(current: dict[str, int], n: int, cap: int = 0) -> dict[str, int]:
+    """The hosts' rank counts for *n* ranks: growing fills the least-loaded host (ties:
+    the first), shrinking empties the most loaded one (ties: the last). *cap* (GPUs per
+    node) bounds a host's ranks."""
+    out = dict(current)
+    order = {host: i for i, host in enumerate(out)}
+    while sum(out.values()) < n:
+        free = [h for h in out if not cap or out[h] < cap]
+        if not free:
+            raise ScaleError(
+                f"scale {n}: the hosts {format_hosts(tuple(current.items()))} have "
+                f"{cap} GPUs each, one per rank; add a host with scale --hosts"
+            )
+        out[min(free, key=lambda h: (out[h], order[h]))] += 1
+    while sum(out.values()) > n:
+        out[max(out, key=lambda h: (out[h], order[h]))] -= 1
+    return out
+
+
+def _leaving(
+    cluster: Any, origins: dict[int, dict[str, Any]], n: int, target: dict[str, int]
+) -> list[Any]:
+    """The ranks that go: per host its highest local ranks (ssh, mpi), else the newest
+    (Slurm: the last job's ranks first)."""
+    if target:
+        by_host: dict[str, list[Any]] = {}
+        for r in cluster.ranks:
+            by_host.setdefault(_host_of(cluster, origins[r.engine_id]), []).append(r)
+        out: list[Any] = []
+        for host, ranks in by_host.items():
+            extra = len(ranks) - target.get(host, 0)
+            if extra > 0:
+                out += sorted(ranks, key=lambda r: r.rank)[-extra:]
+        return out
+    sets = {s: i for i, s in enumerate(cluster._engine_sets)}
+    newest = sorted(
+        cluster.ranks,
+        key=lambda r: (sets.get(origins[r.engine_id]["set"], -1), r.rank),
+        reverse=True,
+    )
+    return newest[: max(0, cluster.n - n)]
+
+
+async def _scale_remote(
+    cluster: Any, n: int, origins: dict[int, dict[str, Any]], target: dict[str, int]
+) -> tuple[list[int], set[int]]:
+    """Remove, then add engines through the launcher; return (engine ids, kept ids)."""
+    leaving = _leaving(cluster, origins, n, target)
+    if leaving:
+        await _remove(cluster, leaving, origins)
+    gone = {r.engine_id for r in leaving}
+    kept = [r.engine_id for r in cluster.ranks if r.engine_id not in gone]
+    spec = cluster.spec
+    have: dict[str, int] = {}
+    for eid in kept:
+        if target:
+            host = _host_of(cluster, origins[eid])
+            have[host] = have.get(host, 0) + 1
+    if target:
+        cluster.spec = dataclasses.replace(spec, n=n, hosts=tuple(target.items()), scaled=True)
+    else:
+        cluster.spec = dataclasses.replace(spec, n=n, scaled=True)
+    cluster.ranks = [r for r in cluster.ranks if r.engine_id not in gone]
+    added = n - len(kept)
+    if added > 0:
+        before = set(cluster.client.ids)
+        await _add(cluster, added, target, have)
+        await cluster._wait_for_engines(before, added)
+        new = sorted(set(cluster.client.ids) - before)
+    else:
+        new = []
+    _remember_layout(cluster)
+    return kept + new, set(kept)
+
+
+async def _remove(cluster: Any, leaving: list[Any], origins: dict[int, dict[str, Any]]) -> None:
+    """Stop the engines of *leaving*; then stop engine sets (a Slurm job, an mpiexec)
+    left with no engine."""
+    ranks = ", ".join(str(r.rank) for r in sorted(leaving, key=lambda r: r.rank))
+    cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {ranks}")
+    client = cluster.client
+    shutdown = []
+    stops = []
+    for r in leaving:
+        launcher = _ssh_launcher(cluster, origins[r.engine_id], r.pid)
+        if launcher is not None:
+            stops.append(asyncio.get_running_loop().run_in_executor(None, launcher.signal, 15))
+        else:
+            shutdown.append(r.engine_id)
+    if shutdown:
+        # MPI and Slurm start an engine set as one process (mpiexec, the job): a single
+        # engine leaves through ipyparallel's own shutdown request.
+        client.shutdown(targets=shutdown, block=False)
+    await asyncio.gather(*stops)
+    ids = {r.engine_id for r in leaving}
+    deadline = time.monotonic() + LEAVE_TIMEOUT
+    while ids & set(client.ids) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if ids & set(client.ids):
+        cluster.progress(
+            f"engines {sorted(ids & set(client.ids))} still registered after "
+            f"{LEAVE_TIMEOUT:.0f} s; going on without them"
+        )
+    staying = {origins[r.engine_id]["set"] for r in cluster.ranks if r.engine_id not in ids}
+    for set_id in list(cluster._engine_sets):
+        if set_id not in staying and set_id in cluster._ipp.engines:
+            cluster.progress(f"stopping engine set {set_id} (no engine left in it)")
+            await cluster._ipp.stop_engines(set_id)
+            cluster._engine_sets.remove(set_id)
+
+
+def _ssh_launcher(cluster: Any, origin: dict[str, Any], pid: int) -> Any:
+    """The ssh launcher of the engine with *pid* on *origin*'s host, or None."""
+    if cluster.spec.launcher != "ssh":
+        return None
+    engine_set = cluster._ipp.engines.get(origin["set"])
+    for identifier, launcher in getattr(engine_set, "launchers", {}).items():
+        host = identifier.rpartition("/")[0]
+        if host == origin["host"] and getattr(launcher, "pid", None) == pid:
+            return launcher
+    return None
+
+
+async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str, int]) -> None:
+    spec = cluster.spec
+    ipp = cluster._ipp
+    grow = {h: target[h] - have.get(h, 0) for h in target if target[h] > have.get(h, 0)}
+    starts: list[tuple[int, dict[str, str], dict[str, Any]]] = []
+    base_env = cluster._engine_env(0)
+    if spec.launcher == "ssh":
+        traits = {
+            "engines": grow,
+            "hosts": list(target),
+            "first_local": {h: have.get(h, 0) for h in grow},
+            "local_sizes": {h: target[h] for h in grow},
+        }
+        starts.append((added, dict(base_env), traits))
+    elif spec.launcher == "mpi":
+        for host, count in grow.items():
+            env = dict(
+                base_env,
+                DIST_NOTEBOOK_LOCAL_OFFSET=str(have.get(host, 0)),
+                DIST_NOTEBOOK_LOCAL_SIZE=str(target[host]),
+                DIST_NOTEBOOK_HOST_NAME=host,
+            )
+            starts.append((count, env, {"mpi_args": mpi_args(spec, ((host, count),))}))
+    else:
+        namespace = slurm_namespace(added, spec.nodes or 1, spec.gpus_per_node)
+        starts.append((added, dict(base_env), {"namespace": namespace}))
+    where = f" on {format_hosts(tuple(grow.items()))}" if grow else ""
+    cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")
+    for count, env, traits in starts:
+        set_id = ipp._new_engine_set_id()
+        env["DIST_NOTEBOOK_ENGINE_SET"] = set_id
+        cluster._engine_set = await ipp.start_engines(
+            count, engine_set_id=set_id, environment=env, engine_args=ENGINE_ARGS, **traits
+        )
+        cluster._engine_sets.append(cluster._engine_set)
+    cluster._owner_only_files()
+
+
+def _remember_layout(cluster: Any) -> None:
+    """A later ``restart`` starts the cluster as it is now, in one engine set."""
+    _, config = remote_engines(cluster.spec)
+    for name, traits in config.items():
+        section = cluster._ipp.config[name]
+        if not isinstance(section, Config):
+            section = cluster._ipp.config[name] = Config()
+        section.update(traits)

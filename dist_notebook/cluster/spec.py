@@ -46,6 +46,9 @@ class ClusterSpec:
     time_limit: str = ""
     account: str = ""
     launcher_config: dict = field(default_factory=dict)
+    # Set by scale: the rank count changed between cells, so Slurm's ranks need not
+    # split evenly over --nodes any more (each job that scale adds has its own layout).
+    scaled: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.n, int) or self.n < 1:

@@ -72,6 +72,11 @@ def apply_rank_environment(env: MutableMapping[str, str]) -> None:
     local_rank = _first(env, _LOCAL_VARS) or rank
     if local_rank is None:
         return
+    offset = env.get("DIST_NOTEBOOK_LOCAL_OFFSET", "")
+    if offset.isdigit() and local_rank.isdigit():
+        # An mpiexec that scale started beside a host's engines: its local ranks (and
+        # GPUs) follow theirs.
+        local_rank = str(int(local_rank) + int(offset))
     if rank is not None:
         env["RANK"] = rank
     env["LOCAL_RANK"] = local_rank
@@ -154,3 +159,14 @@ def assign(place: dict[str, Any]) -> dict[str, Any]:
     from .group import rank_info
 
     return rank_info()
+
+
+def origin() -> dict[str, Any]:
+    """Where this engine came from (read by ``cluster.scale``): the engine set that
+    started it (when scale did), the host as the cluster names it (``--hosts``), and
+    its rank in its mpiexec (which places ranks host by host)."""
+    return {
+        "set": os.environ.get("DIST_NOTEBOOK_ENGINE_SET") or None,
+        "host": os.environ.get("DIST_NOTEBOOK_HOST_NAME") or None,
+        "mpi_rank": _int_env("OMPI_COMM_WORLD_RANK"),
+    }

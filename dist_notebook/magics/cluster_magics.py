@@ -39,6 +39,7 @@ EXAMPLES = """
   %dist_cluster restart [--all]        replace dead ranks (or every engine)
   %dist_cluster stacks                 every rank's Python stack now
   %dist_cluster scale 4                add or remove ranks between cells; rebuild DDP models
+  %dist_cluster scale --hosts h1:2,h2:1  ssh/mpi: the new ranks per host
   %dist_cluster stop
 """
 
@@ -207,7 +208,8 @@ class ClusterMagics(Magics):
             print(f"--- rank {rank} ---\n{text.rstrip()}\n")
 
     def _scale(self, args: Any) -> None:
-        display(ranks_table(scale_action(self.session.cluster, args.count, Progress())))
+        cluster = scale_action(self.session.cluster, args.count, Progress(), args.hosts)
+        display(ranks_table(cluster))
 
     def _restart(self, args: Any) -> None:
         cluster = self.session.cluster

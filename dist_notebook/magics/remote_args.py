@@ -38,21 +38,25 @@ def remote_cluster_spec(args: Any) -> Any:
         raise UsageError(str(e)) from None
 
 
-def scale_action(cluster: Any, count: int | None, progress: Any) -> Any:
-    """``%dist_cluster scale N``: the cluster with N ranks, or a UsageError naming the fix."""
+def scale_action(cluster: Any, count: int | None, progress: Any, hosts: str | None = None) -> Any:
+    """``%dist_cluster scale N [--hosts H:n,...]``: the cluster with N ranks, or a
+    UsageError naming the fix."""
     from ..cluster.scale import ScaleError, scale_sync
 
-    if count is None:
-        raise UsageError("%dist_cluster scale needs the new number of ranks, e.g. scale 4")
+    if count is None and not hosts:
+        raise UsageError(
+            "%dist_cluster scale needs the new number of ranks, e.g. scale 4 "
+            "(ssh, mpi: or the new layout, scale --hosts h1:2,h2:2)"
+        )
     if cluster is None or cluster.state.value in ("new", "stopped"):
         raise UsageError("no cluster to scale: start one with %dist_cluster start")
     cluster.progress = progress
     try:
-        took = scale_sync(cluster, count)
+        took = scale_sync(cluster, count or 0, hosts)
     except ScaleError as e:
         raise UsageError(str(e)) from None
     print(
-        f"cluster {cluster.id}: {count} ranks in {took:.1f} s; the process group is new: "
+        f"cluster {cluster.id}: {cluster.n} ranks in {took:.1f} s; the process group is new: "
         "run the cell that builds your DDP model again"
     )
     return cluster

@@ -116,3 +116,62 @@ def _config(d: dict) -> Any:
     from traitlets.config import Config
 
     return Config(d)
+
+
+def test_after_a_scale_hosts_and_kept_engines_keep_their_order() -> None:
+    # Before: h2 was node 0 (the Slurm job's node id 0), h1 node 1. The new job's node
+    # ids (h1: 0, h2: 1) say nothing about the old ones; its local ranks start at 0.
+    probes = [
+        probe("h2", 0, 0, hint=0),
+        probe("h1", 0, 1, hint=1),
+        probe("h1", 0, 0),  # new, engine 12
+        probe("h2", 0, 1),  # new, engine 13
+    ]
+    places = place([10, 11, 12, 13], probes, previous=["h2", "h1"], kept={10, 11})
+    got = [(p.engine_id, p.host, p.node_rank, p.local_rank) for p in places]
+    assert got == [(10, "h2", 0, 0), (13, "h2", 0, 1), (11, "h1", 1, 0), (12, "h1", 1, 1)]
+
+
+def test_scale_layout_fills_the_least_and_empties_the_most_loaded_host() -> None:
+    from dist_notebook.cluster.scale import ScaleError, layout
+
+    assert layout({"h1": 1, "h2": 1}, 3) == {"h1": 2, "h2": 1}  # a tie: the first
+    assert layout({"h1": 2, "h2": 1}, 5) == {"h1": 3, "h2": 2}
+    assert layout({"h1": 2, "h2": 2}, 3) == {"h1": 2, "h2": 1}  # a tie: the last
+    assert layout({"h1": 3, "h2": 1}, 2) == {"h1": 1, "h2": 1}
+    assert layout({"h1": 0, "h2": 1}, 2) == {"h1": 1, "h2": 1}  # an emptied host refills
+    try:
+        layout({"h1": 2, "h2": 2}, 5, cap=2)
+    except ScaleError as e:
+        assert "2 GPUs each" in str(e) and "scale --hosts" in str(e)
+    else:
+        raise AssertionError("a layout beyond the GPUs per node must fail")
+
+
+def test_a_job_that_scale_adds_spreads_its_ranks() -> None:
+    from dist_notebook.cluster.launchers import slurm_namespace
+
+    assert slurm_namespace(2, 2)["tasks_line"] == "#SBATCH --ntasks-per-node=1"
+    odd = slurm_namespace(3, 2, 4)
+    assert (odd["nodes"], odd["tasks_line"], odd["gpu_line"]) == (
+        2,
+        "",
+        "#SBATCH --gpus-per-node=4",
+    )
+    assert slurm_namespace(1, 4)["nodes"] == 1
+
+
+def test_an_mpiexec_that_scale_adds_numbers_local_ranks_after_the_hosts() -> None:
+    env = {
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "DIST_NOTEBOOK_LOCAL_OFFSET": "2",
+        "DIST_NOTEBOOK_LOCAL_SIZE": "3",
+        "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
+    }
+    apply_rank_environment(env)
+    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "2",
+        "3",
+        "2",
+    )

@@ -8,6 +8,8 @@ same global batch.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,3 +108,182 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# --- on the test hosts: the ssh, mpi and Slurm launchers ----------------------------
+#
+# One cluster per launcher serves its module-ordered tests: grow, a DDP step across the
+# new ranks, shrink, stop (nothing left on any host). The hosts are the session's.
+
+PLACES = (
+    "import os, socket\n"
+    "print('at', rank, socket.gethostname(), os.environ['NODE_RANK'], os.environ['LOCAL_RANK'],"
+    " os.environ['LOCAL_WORLD_SIZE'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])"
+)
+
+
+def _expect_places(shell: Any, cluster: Any, hosts: list[str]) -> None:
+    """Each rank's host, NODE_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR
+    are right after the change, in the store too (node_rank)."""
+    from dist_notebook.store import StoreReader
+
+    assert [r.host for r in cluster.ranks] == hosts
+    with capture_output() as cap:
+        shell.run_cell_magic("dist", "", PLACES)
+    master = next(h.address for h in cluster.test_hosts.hosts if h.name == hosts[0])
+    nodes = list(dict.fromkeys(hosts))
+    seen: dict[str, int] = {}
+    for rank, host in enumerate(hosts):
+        local = seen[host] = seen.get(host, -1) + 1
+        line = (
+            f"at {rank} {host} {nodes.index(host)} {local} {hosts.count(host)} "
+            f"{len(hosts)} {master}"
+        )
+        assert line in cap.stdout, cap.stdout
+    stored = [(r["host"], r["node_rank"]) for r in StoreReader().ranks(cluster.id)]
+    assert stored == [(h, nodes.index(h)) for h in hosts]
+    assert [r.node_rank for r in cluster.ranks] == [nodes.index(h) for h in hosts]
+
+
+def _expect_ddp(shell: Any, n: int) -> None:
+    out = _step(shell)
+    assert out.count(f"global batch 48 world {n} {n}") == n, out
+
+
+def _engines(host: Any) -> list[Any]:
+    """Engine processes on *host*: not the ``srun`` of a Slurm job (its command line
+    names the engine's too)."""
+    from .conftest import engines_on
+
+    return [p for p in engines_on(host) if os.path.basename(p.cmdline()[0]) != "srun"]
+
+
+def _engines_per_host(cluster: Any) -> dict[str, int]:
+    return {h.name: len(_engines(h)) for h in cluster.test_hosts.hosts}
+
+
+def _engine_processes(cluster: Any) -> dict[str, list[str]]:
+    return {
+        h.name: [" ".join(p.cmdline())[-60:] for p in _engines(h)] for h in cluster.test_hosts.hosts
+    }
+
+
+def _expect_engines(cluster: Any, counts: dict[str, int]) -> None:
+    deadline = time.monotonic() + 30
+    while _engines_per_host(cluster) != counts:
+        if time.monotonic() > deadline:
+            pytest.fail(f"engines per host: not {counts} within 30 s: {_engine_processes(cluster)}")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def ssh_cluster(shell: Any, ssh_hosts: Any) -> Iterator[Any]:
+    from .scenarios import magic_cluster
+
+    with magic_cluster(shell, ssh_hosts, "--launcher ssh --hosts h1:1,h2:1") as cluster:
+        yield cluster
+
+
+def test_ssh_grows_onto_the_least_loaded_host(shell: Any, ssh_cluster: Any) -> None:
+    with capture_output():
+        shell.run_cell_magic("dist", "", "keep = rank * 10")
+    port = _store_port(shell)
+    out = _scale(shell, 3)  # h1:1,h2:1 -> h1:2,h2:1 (a tie: the first host)
+    assert "3 ranks" in out, out
+    assert _store_port(shell) != port
+    _expect_places(shell, ssh_cluster, ["h1", "h1", "h2"])
+    _expect_ddp(shell, 3)
+    with capture_output() as cap:
+        shell.run_cell_magic("dist", "", "print('kept', globals().get('keep'))")
+    for line in ("[rank 0] kept 0", "[rank 1] kept None", "[rank 2] kept 10"):
+        assert line in cap.stdout, cap.stdout
+
+
+def test_ssh_layout_given_with_hosts_moves_ranks(shell: Any, ssh_cluster: Any) -> None:
+    with capture_output():
+        shell.run_line_magic("dist_cluster", "scale --hosts h1:1,h2:2")
+    _expect_places(shell, ssh_cluster, ["h1", "h2", "h2"])
+    _expect_engines(ssh_cluster, {"h1": 1, "h2": 2})
+    _expect_ddp(shell, 3)
+
+
+def test_ssh_shrinks_the_most_loaded_host(shell: Any, ssh_cluster: Any) -> None:
+    _scale(shell, 1)  # h1:1,h2:2 -> h1:1,h2:1 -> h1:1 (a tie: the last host)
+    _expect_places(shell, ssh_cluster, ["h1"])
+    _expect_engines(ssh_cluster, {"h1": 1, "h2": 0})
+    _expect_ddp(shell, 1)
+    assert ssh_cluster.dead_ranks() == {}
+
+
+def test_ssh_regrow_then_stop_leaves_nothing(shell: Any, ssh_cluster: Any) -> None:
+    from .scenarios import expect_stop_leaves_nothing
+
+    _scale(shell, 2)  # h2, emptied, is the least loaded
+    _expect_places(shell, ssh_cluster, ["h1", "h2"])
+    expect_stop_leaves_nothing(ssh_cluster)
+
+
+@pytest.fixture(scope="module")
+def mpi_cluster(shell: Any, mpi_hosts: Any) -> Iterator[Any]:
+    from .scenarios import magic_cluster
+
+    with magic_cluster(shell, mpi_hosts, "--launcher mpi --hosts h1:1,h2:1") as cluster:
+        yield cluster
+
+
+def test_mpi_grows_with_another_mpiexec(shell: Any, mpi_cluster: Any) -> None:
+    sets = len(mpi_cluster._engine_sets)
+    _scale(shell, 3)
+    assert len(mpi_cluster._engine_sets) == sets + 1
+    # The new engine's local rank follows h1's present one.
+    _expect_places(shell, mpi_cluster, ["h1", "h1", "h2"])
+    _expect_ddp(shell, 3)
+
+
+def test_mpi_shrinks_and_stops_an_empty_mpiexec(shell: Any, mpi_cluster: Any) -> None:
+    from .scenarios import expect_stop_leaves_nothing
+
+    _scale(shell, 1)  # h1:2,h2:1 -> h1:1,h2:1 (the added mpiexec is empty) -> h1:1
+    assert len(mpi_cluster._engine_sets) == 1
+    _expect_places(shell, mpi_cluster, ["h1"])
+    _expect_engines(mpi_cluster, {"h1": 1, "h2": 0})
+    _expect_ddp(shell, 1)
+    _scale(shell, 2)
+    _expect_places(shell, mpi_cluster, ["h1", "h2"])
+    expect_stop_leaves_nothing(mpi_cluster)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(shell: Any, slurm_hosts: Any) -> Iterator[Any]:
+    from .scenarios import magic_cluster
+
+    flags = "--launcher slurm --nodes 2 --time 10 --partition test"
+    with magic_cluster(shell, slurm_hosts, flags) as cluster:
+        yield cluster
+
+
+def test_slurm_grows_by_another_job(shell: Any, slurm_cluster: Any, slurm_hosts: Any) -> None:
+    from .slurm import jobs
+
+    _scale(shell, 4)
+    assert len(jobs(slurm_hosts.slurm_conf)) == 2
+    _expect_places(shell, slurm_cluster, ["h1", "h1", "h2", "h2"])
+    _expect_ddp(shell, 4)
+
+
+def test_slurm_shrinks_and_cancels_the_empty_job(
+    shell: Any, slurm_cluster: Any, slurm_hosts: Any
+) -> None:
+    from .scenarios import expect_stop_leaves_nothing
+    from .slurm import jobs
+
+    _scale(shell, 3)  # the newest rank goes first: the added job keeps one
+    assert len(jobs(slurm_hosts.slurm_conf)) == 2
+    _expect_ddp(shell, 3)
+    _scale(shell, 2)  # the added job is empty: cancelled
+    wait_for("the emptied job leaves the queue", lambda: len(jobs(slurm_hosts.slurm_conf)) == 1, 20)
+    _expect_places(shell, slurm_cluster, ["h1", "h2"])
+    _expect_engines(slurm_cluster, {"h1": 1, "h2": 1})
+    _expect_ddp(shell, 2)
+    expect_stop_leaves_nothing(slurm_cluster)
+    wait_for("no job left", lambda: not jobs(slurm_hosts.slurm_conf), 20)
