@@ -12,6 +12,7 @@ import { CommandIDs } from './commands';
 import { ChartView } from './chart/view';
 import { h, setText, syncChildren } from './dom';
 import { DistModel } from './model';
+import { nodeKey, nodeLabels } from './nodes';
 import type { IRankSummary, IRunSummary } from './protocol';
 import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
@@ -177,6 +178,7 @@ export class DistPanel extends Widget {
     const titles: [string, string][] = [
       ['', ''],
       ['rank', ''],
+      ['node', 'the node (host) the ranks below run on'],
       ['device', ''],
       ['step', 'last step reported'],
       ['samples/s', 'samples per second over the last steps'],
@@ -216,12 +218,21 @@ export class DistPanel extends Widget {
     node.querySelector<HTMLButtonElement>('.dn-interrupt-button')!.disabled = busy;
     node.querySelector<HTMLButtonElement>('.dn-stop-button')!.disabled = busy;
     const byRank = new Map(stats.map(s => [s.rank, s]));
+    // Ranks come in node order: each node's first row names it.
+    const labels = nodeLabels(cluster.ranks);
+    const nodeOf = new Map(cluster.ranks.map((r, i) => [r.rank, labels[i]]));
     syncChildren(
       node.querySelector('.dn-ranks-body')!,
       cluster.ranks,
       r => String(r.rank),
       r => createRank(r),
-      (row, r) => updateRank(row, r, byRank.get(r.rank) ?? null, slow.has(r.rank))
+      (row, r) => {
+        updateRank(row, r, byRank.get(r.rank) ?? null, slow.has(r.rank));
+        const label = nodeOf.get(r.rank) ?? '';
+        setText(row.querySelector('.dn-rank-node')!, label);
+        row.dataset.node = nodeKey(r);
+        row.classList.toggle('dn-node-first', label !== '');
+      }
     );
   }
 
@@ -286,6 +297,7 @@ function createRank(rank: IRankModel): HTMLTableRowElement {
   row.append(
     cell,
     h('td', 'dn-rank-id', String(rank.rank)),
+    h('td', 'dn-rank-node'),
     h('td', 'dn-rank-device'),
     h('td', 'dn-rank-step'),
     h('td', 'dn-rank-sps'),
@@ -302,7 +314,11 @@ function updateRank(
 ): void {
   row.dataset.state = rank.state;
   row.classList.toggle('dn-straggler', straggler);
-  row.title = `rank ${rank.rank}: ${rank.state}${rank.host ? ` on ${rank.host}` : ''}${
+  const node =
+    rank.node_rank !== undefined && rank.node_rank !== null
+      ? ` (node ${rank.node_rank})`
+      : '';
+  row.title = `rank ${rank.rank}: ${rank.state}${rank.host ? ` on ${rank.host}${node}` : ''}${
     rank.pid ? `, pid ${rank.pid}` : ''
   }${straggler ? ' (straggler: the most compute time; the others wait for it)' : ''}`;
   setText(row.querySelector('.dn-rank-device')!, rank.device ?? '');

@@ -34,6 +34,8 @@ export interface IRankModel {
   device: string | null;
   state: EngineState;
   engine_id?: number | null;
+  /** The rank's node (its host's place in node order); null in stores before it. */
+  node_rank?: number | null;
 }
 
 /** A cluster as GET clusters answers it. */
