@@ -233,15 +233,13 @@ def one(method: str, n: int, timeout: float) -> dict[str, Any]:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
+        common.end_group(proc)  # SIGTERM first: the child's finally stops its cluster
         out, err = proc.communicate()
         return {"error": f"no collective within {timeout:.0f} s", "stderr": err[-1500:]}
     finally:
-        # Children may leave grandchildren behind on failure; end this child's group only.
-        try:
-            os.killpg(proc.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # Children may leave grandchildren behind on failure; end this child's group
+        # only (and, interrupted, the child first, so it stops what it started).
+        common.end_group(proc)
     try:
         res = common.result_line(out)
     except RuntimeError:

@@ -7,6 +7,12 @@ of them, and writes ``bench/results/<name>.json``. ``bench/run_all.py`` runs the
 folds the results into ``bench/results/README.md``.
 
 ``BENCH_QUICK=1`` (or ``--quick``) shrinks every repetition count: a smoke run.
+
+A bench stopped by SIGTERM (``run_all.py``'s time budget, or ``run_all.py`` itself being
+stopped) or SIGHUP ends as Ctrl-C does: a KeyboardInterrupt, so its ``finally`` blocks stop
+the clusters it started. ipyparallel starts its controller and engines in sessions of
+their own, out of reach of a signal to the bench's process group: without this a plain
+ipyparallel baseline cluster outlived an interrupted bench.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import datetime
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +41,39 @@ PY = sys.executable
 # nbdistributed starts its workers with the bare command "python": the interpreter of
 # this environment must come first on PATH for them to find torch.
 BIN_DIR = str(Path(sys.executable).parent)
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in this (main) thread."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+
+if threading.current_thread() is threading.main_thread():
+    stop_on_signals()
+
+
+def end_group(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """End the process group of *proc* (started with ``start_new_session``): SIGTERM, so
+    its finally blocks stop what it started, then SIGKILL after *grace* seconds."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            if sig == signal.SIGTERM:
+                # The leader is gone; what it left in its group (a failed start) goes too.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def quick() -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -100,18 +99,18 @@ def run_part(
         try:
             rc: int | None = proc.wait(timeout=budget)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 15)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+            # SIGTERM: the part ends as on Ctrl-C and stops the clusters it started
+            # (common.stop_on_signals), then SIGKILL for what is left of its group.
+            common.end_group(proc)
             rc = None
+        except KeyboardInterrupt:
+            # make bench interrupted (Ctrl-C, SIGTERM): the part is in a session of its
+            # own and got no signal; stop it the same way before leaving.
+            print(f"\n=== {name}: interrupted, stopping it", flush=True)
+            common.end_group(proc)
+            raise
     # Whatever the part left behind in its own group (engines of a failed start) goes too.
-    try:
-        os.killpg(proc.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
+    common.end_group(proc, grace=0)
     seconds = time.perf_counter() - t0
     text = log.read_text(errors="replace")
     tail = [line for line in text.strip().splitlines() if line.strip()]
