@@ -156,16 +156,14 @@ class TrainingRun:
         self._cancelled.set()
         self.cluster.interrupt(self.ranks)
 
-    def run(
-        self, sink: OutputSink | None = None, idle: Callable[[], None] | None = None
-    ) -> RunResult:
-        """Run the cell on every rank; *idle* is called every ~50 ms while waiting."""
+    def run(self, sink: OutputSink | None = None) -> RunResult:
+        """Run the cell on every rank; *sink* receives their output as it comes."""
         try:
-            return self._run(sink, idle)
+            return self._run(sink)
         finally:
             _release(self)
 
-    def _run(self, sink: OutputSink | None, idle: Callable[[], None] | None) -> RunResult:
+    def _run(self, sink: OutputSink | None) -> RunResult:
         key = os.urandom(32)
         exports = self._exports()
         collector = Collector(
@@ -193,7 +191,6 @@ class TrainingRun:
                     sink=sink,
                     timeout=self.spec.timeout,
                     on_submit=self._track,
-                    idle=idle,
                 )
             except RankError as e:
                 error = e
