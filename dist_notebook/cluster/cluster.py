@@ -191,6 +191,13 @@ class DistCluster(ClusterHealth):
     def start_sync(self) -> DistCluster:
         return run_sync(self.start())
 
+    def record_in_store(self) -> None:
+        """Write the cluster, its ranks and its state to the run store, as its start
+        did: for a cluster started unrecorded (a warm spare taken, cluster/pool.py)."""
+        self._record_cluster()
+        self._record_ranks()
+        self._store_state(self.state.value)
+
     async def restart(self, everything: bool = False) -> DistCluster:
         """Replace dead ranks' engines (or, with none dead or *everything*, every engine)
         and re-create the group. Survivors of a partial restart keep their state."""

@@ -52,9 +52,7 @@ class _Spare(DistCluster):
     def adopt(self, progress: Progress) -> None:
         self.adopted = True
         self.progress = progress
-        self._record_cluster()
-        self._record_ranks()
-        self._store_state("ready")
+        self.record_in_store()
 
 
 def prestart(spec: ClusterSpec) -> bool:
