@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -47,6 +48,7 @@ from .launchers import mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
 from .placement import ranks_across_hosts
 
+log = logging.getLogger("dist_notebook")
 ENGINE_ARGS = ["--IPEngine.max_heartbeat_misses=10"]  # as cluster._start_engines
 LEAVE_TIMEOUT = 30.0  # seconds for removed engines to leave the controller
 
@@ -307,13 +309,32 @@ async def _scale_remote(
         cluster.spec = dataclasses.replace(spec, n=n, scaled=True)
     cluster.ranks = [r for r in cluster.ranks if r.engine_id not in gone]
     added = n - len(kept)
+    new: list[int] = []
     if added > 0:
         before = set(cluster.client.ids)
-        await _add(cluster, added, target, have)
-        await cluster._wait_for_engines(before, added)
+        sets = set(cluster._ipp.engines)
+        try:
+            await _add(cluster, added, target, have)
+            await cluster._wait_for_engines(before, added)
+        except Exception as e:
+            # Nothing half-grown stays behind (a Slurm job still pending, engines that
+            # did start): the cluster is left with the ranks it kept, for a restart.
+            for set_id in [s for s in list(cluster._ipp.engines) if s not in sets]:
+                await _drop_set(cluster, set_id)
+            known = dict(spec.hosts)
+            kept_layout = tuple((h, have.get(h, 0)) for h in target if h in known or have.get(h))
+            cluster.spec = dataclasses.replace(
+                cluster.spec, n=len(kept), hosts=kept_layout or spec.hosts, scaled=True
+            )
+            _remember_layout(cluster)
+            grow = {h: c - have.get(h, 0) for h, c in target.items() if c > have.get(h, 0)}
+            where = f"on {format_hosts(tuple(grow.items()))}" if grow else "in a new Slurm job"
+            raise ScaleError(
+                f"scale {n}: starting {added} engine{'s' if added > 1 else ''} {where} failed "
+                f"({str(e)[:300]}); the cluster keeps {len(kept)} ranks: run %dist_cluster "
+                "restart (and check that the hosts can be reached, or the queue has room)"
+            ) from e
         new = sorted(set(cluster.client.ids) - before)
-    else:
-        new = []
     _remember_layout(cluster)
     return kept + new, set(kept)
 
@@ -354,6 +375,18 @@ async def _remove(cluster: Any, leaving: list[Any], origins: dict[int, dict[str,
             cluster._engine_sets.remove(set_id)
 
 
+async def _drop_set(cluster: Any, set_id: str) -> None:
+    """Stop an engine set that scale started and that failed; forget it either way (a
+    launcher whose host cannot be reached cannot be stopped, and nothing runs there)."""
+    try:
+        await cluster._ipp.stop_engines(set_id)
+    except Exception as e:  # the host is unreachable: its engine never started
+        log.info("engine set %s of a failed scale: %s", set_id, e)
+    cluster._ipp.engines.pop(set_id, None)
+    if set_id in cluster._engine_sets:
+        cluster._engine_sets.remove(set_id)
+
+
 def _ssh_launcher(cluster: Any, origin: dict[str, Any], pid: int) -> Any:
     """The ssh launcher of the engine with *pid* on *origin*'s host, or None."""
     if cluster.spec.launcher != "ssh":
@@ -390,7 +423,10 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
             )
             starts.append((count, env, {"mpi_args": mpi_args(spec, ((host, count),))}))
     else:
-        namespace = slurm_namespace(added, spec.nodes or 1, spec.gpus_per_node)
+        gpn = spec.gpus_per_node
+        # With GPUs the job takes whole nodes (check() asked for a multiple of gpn).
+        nodes = added // gpn if gpn else spec.nodes or 1
+        namespace = slurm_namespace(added, nodes, gpn)
         starts.append((added, dict(base_env), {"namespace": namespace}))
     where = f" on {format_hosts(tuple(grow.items()))}" if grow else ""
     cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")

@@ -207,6 +207,19 @@ def test_ssh_layout_given_with_hosts_moves_ranks(shell: Any, ssh_cluster: Any) -
     _expect_ddp(shell, 3)
 
 
+def test_ssh_failed_grow_names_the_host_and_restart_keeps_the_layout(
+    shell: Any, ssh_cluster: Any
+) -> None:
+    # Nothing listens for ssh on this machine's loopback: the new engine cannot start.
+    with pytest.raises(UsageError, match=r"on 127\.0\.0\.1:1 failed.*keeps 3 ranks.*restart"):
+        shell.run_line_magic("dist_cluster", "scale --hosts h1:1,h2:2,127.0.0.1:1")
+    with capture_output():
+        shell.run_line_magic("dist_cluster", "restart")
+    # restart starts the cluster as scale left it (one engine set), not as it began.
+    _expect_places(shell, ssh_cluster, ["h1", "h2", "h2"])
+    _expect_engines(ssh_cluster, {"h1": 1, "h2": 2})
+
+
 def test_ssh_shrinks_the_most_loaded_host(shell: Any, ssh_cluster: Any) -> None:
     _scale(shell, 1)  # h1:1,h2:2 -> h1:1,h2:1 -> h1:1 (a tie: the last host)
     _expect_places(shell, ssh_cluster, ["h1"])
