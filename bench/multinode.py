@@ -15,6 +15,13 @@ tests/multinode does; needs root) and measures, interleaved, on one CPU rank per
 Both sides run with one thread a rank and gloo on the hosts' eth0 (torchrun is given
 GLOO_SOCKET_IFNAME=eth0; our ranks get it from the probe). Writes
 ``bench/results/multinode.json`` and prints the table.
+
+    sudo .venv/bin/python bench/multinode.py --scale [--reps 3]
+
+times ``%dist_cluster scale`` instead, on each launcher (ssh, mpi, Slurm where the test
+hosts can run them): a cluster of 2 hosts x 1 rank grows to 2 x 2 and shrinks back,
+``--reps`` times; each time is until the new group has done its first collective
+(``scale`` returns then). Writes ``bench/results/multinode_scale.json``.
 """
 
 from __future__ import annotations
@@ -153,11 +160,95 @@ def _call_bench(steps: int) -> float:
     return float(get_ipython().user_ns["bench_train"](steps))
 
 
+def run_scale(kind: str, hosts: Any, reps: int) -> dict[str, list[float]]:
+    """Grow 2 -> 4 ranks and shrink back, *reps* times, on one cluster of *kind*."""
+    from dist_notebook import ClusterSpec, DistCluster
+    from dist_notebook.cluster.scale import scale_sync
+
+    where: dict[str, Any] = {"nodes": 2} if kind == "slurm" else {"hosts": (("h1", 1), ("h2", 1))}
+    spec = ClusterSpec(n=2, launcher=kind, ip=hosts.gateway, threads=1, **where)
+    cluster = DistCluster(spec)
+    times: dict[str, list[float]] = {"start": [], "grow 2->4": [], "shrink 4->2": []}
+    try:
+        cluster.start_sync()
+        times["start"].append(cluster.start_seconds or 0.0)
+        for _ in range(reps):
+            times["grow 2->4"].append(scale_sync(cluster, 4))
+            assert sorted(r.host for r in cluster.ranks) == ["h1", "h1", "h2", "h2"]
+            times["shrink 4->2"].append(scale_sync(cluster, 2))
+            assert [r.host for r in cluster.ranks] == ["h1", "h2"]
+    finally:
+        cluster.stop_sync()
+    print(kind, json.dumps(times), flush=True)
+    return times
+
+
+def main_scale(reps: int) -> None:
+    from tests.multinode.slurm import start_slurm
+    from tests.multinode.sshd import start_sshd
+    from tests.multinode.testhosts import TestHosts, why_not
+
+    common.use_scratch_store()
+    results: dict[str, dict[str, list[float]]] = {}
+    skipped: dict[str, str] = {}
+    reason = why_not("ssh")
+    if reason:
+        sys.exit(f"bench/multinode.py: {reason}")
+    hosts = TestHosts(Path(tempfile.mkdtemp(prefix="dist-bench-hosts-"))).up()
+    try:
+        os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))
+        for kind in ("ssh", "mpi"):
+            reason = why_not(kind)
+            if reason:
+                skipped[kind] = reason
+                continue
+            results[kind] = run_scale(kind, hosts, reps)
+    finally:
+        hosts.down()
+    reason = why_not("slurm")
+    if reason:
+        skipped["slurm"] = reason
+    else:
+        hosts = TestHosts(Path(tempfile.mkdtemp(prefix="dist-bench-slurm-"))).up()
+        munged = None
+        try:
+            conf, munged = start_slurm(hosts)
+            os.environ["SLURM_CONF"] = str(conf)
+            results["slurm"] = run_scale("slurm", hosts, reps)
+        finally:
+            hosts.down()
+            if munged is not None:
+                munged.terminate()
+                munged.wait(10)
+    rows = []
+    for kind, times in results.items():
+        for what in ("grow 2->4", "shrink 4->2"):
+            vals = times[what]
+            spread = f"{min(vals):.2f}-{max(vals):.2f}"
+            rows.append([kind, what, fmt(statistics.median(vals), 2), spread])
+    table = md_table([f"launcher ({reps} reps)", "scale", "median (s)", "min-max (s)"], rows)
+    print(table)
+    for kind, why in skipped.items():
+        print(f"{kind}: skipped ({why})")
+    common.write_result(
+        "multinode_scale",
+        {"reps": reps, "raw": results, "skipped": skipped, "table": table, **_load()},
+    )
+
+
+def _load() -> dict[str, Any]:
+    return {"loadavg": list(os.getloadavg()), "cpus": os.cpu_count()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=1 if common.quick() else 3)
     parser.add_argument("--steps", type=int, default=60 if common.quick() else 300)
+    parser.add_argument("--scale", action="store_true", help="time scale on each launcher")
     args = parser.parse_args()
+    if args.scale:
+        main_scale(args.reps)
+        return
     from tests.multinode.sshd import start_sshd
     from tests.multinode.testhosts import TestHosts, why_not
 

@@ -1,9 +1,13 @@
-"""``%dist_cluster scale N`` between cells, on local engines (no root needed).
+"""``%dist_cluster scale N`` between cells: local engines (no root needed), then the
+ssh, mpi and Slurm launchers on the test hosts (root).
 
 Growing adds engines through the launcher and renumbers; shrinking stops the engines of
 the highest ranks (their processes are gone); each time the group is new (a fresh store
 port), every rank's ``world_size`` follows, and a DDP model built again trains with the
-same global batch.
+same global batch. On the test hosts each launcher also shows where ranks go (ssh and
+mpi: the least-loaded host grows, the most loaded shrinks; Slurm: one more job, the
+newest ranks leave first and an emptied job is cancelled), each rank's NODE_RANK,
+LOCAL_RANK and LOCAL_WORLD_SIZE after the change, and a stop that leaves nothing.
 """
 
 from __future__ import annotations
