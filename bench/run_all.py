@@ -33,11 +33,11 @@ from common import fmt, md_table  # noqa: E402
 # within TOTAL_S: each part may use its budget only while the expected time of the parts
 # still to come stays free; past that it is ended and named in the table.
 PARTS: list[tuple[str, str, list[str], int, int]] = [
+    # The parts with targets first (issue 14's cold start, dispatch, report() overhead,
+    # first calls), then the comparisons with peers, then the slow or memory-hungry ones.
     ("memory", "memory.py", [], 20, 90),
     ("cold_start", "cold_start.py", ["--reps", "3"], 330, 480),
-    ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
     ("dispatch", "dispatch.py", ["--iterations", "100", "--warmup", "10"], 20, 90),
-    ("throughput", "throughput.py", ["--reps", "4"], 330, 600),
     (
         "train_overhead",
         "train_overhead.py",
@@ -45,10 +45,12 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
         200,
         400,
     ),
+    ("first_call", "first_call.py", ["--reps", "2"], 90, 200),
+    ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
     ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
     ("metrics_latency", "metrics_latency.py", [], 30, 90),
+    ("throughput", "throughput.py", ["--reps", "4"], 330, 600),
     ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
-    ("first_call", "first_call.py", ["--reps", "2"], 90, 200),
     ("cpu_share", "cpu_share.py", ["--reps", "2", "--steps", "1500"], 120, 240),
 ]
 TOTAL_S = 24 * 60
