@@ -68,6 +68,25 @@ def _no_execute_input() -> None:
     kernel._publish_execute_input = _publish_execute_input
 
 
+def _no_debugger() -> None:
+    """Start the engine's kernel without ipykernel's debugger.
+
+    ipykernel loads debugpy and its vendored pydevd (~100 modules, 0.15-0.6 CPU-s a
+    rank on a 2-core machine) for a notebook's Debug panel, which cannot reach an engine
+    through ipyparallel. Its check runs once, when ``ipykernel.debugger`` is imported: it
+    is imported here with debugpy hidden, then debugpy is visible again, so code on a
+    rank can still ``import debugpy`` (``debugpy.listen()`` to attach an IDE).
+    """
+    hidden = "debugpy" not in sys.modules
+    if hidden:
+        sys.modules["debugpy"] = None  # type: ignore[assignment]  # import raises ImportError
+    try:
+        import ipykernel.debugger  # noqa: F401
+    finally:
+        if hidden:
+            del sys.modules["debugpy"]
+
+
 def _after_kernel_died() -> None:
     """End our nanny if we have one (it would wait 3 s to tell a dead controller) and
     remove the cluster's stack folder, which the kernel would have removed at stop."""
@@ -93,6 +112,7 @@ def main() -> None:
     if "--IPEngine.enable_nanny=False" in sys.argv:
         _answer_signals()
     _no_execute_input()
+    _no_debugger()
     from ipyparallel.engine.app import main as ipengine_main
 
     sys.argv[0] = "ipengine"

@@ -32,3 +32,15 @@ def test_cell_code_is_not_echoed_but_its_result_is_kept(cluster2: Any) -> None:
         assert md["execute_result"]["data"]["text/plain"] == "42"
     outputs = run_on_ranks(cluster2, "6 * 7")
     assert [o.result["data"]["text/plain"] for o in outputs] == ["42", "42"]  # type: ignore[index]
+
+
+def test_engines_start_without_the_debugger_but_can_import_debugpy(cluster2: Any) -> None:
+    code = (
+        "import sys\n"
+        "before = 'debugpy' in sys.modules or '_pydevd_bundle' in sys.modules\n"
+        "debugger = getattr(get_ipython().kernel, 'debugger', None) is not None\n"
+        "import debugpy  # still importable by code on a rank\n"
+        "(before, debugger, 'debugpy' in sys.modules)"
+    )
+    outputs = run_on_ranks(cluster2, code)
+    assert [o.result["data"]["text/plain"] for o in outputs] == ["(False, False, True)"] * 2  # type: ignore[index]
