@@ -21,6 +21,8 @@ def run_script(
     addr = cluster.master_addr or cluster.spec.ip  # rank 0's own address on remote hosts
     store = apply_on_ranks(cluster, group.host_store, addr, cluster.spec.timeout, ranks=[0])
     port = store[0].value
+    # A rank failing before its rendezvous has rank 0 close this store, freeing the rest.
+    apply_on_ranks(cluster, group.guard_rendezvous, addr, port, ranks=[0])
     apply_on_ranks(cluster, group.export_rendezvous, addr, port)
     try:
         outputs = apply_on_ranks(cluster, script.run_script, path, argv, sink=sink)

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 # The store object must outlive the group that uses it (NCCL exchanges its unique id
 # through the store at the first collective), so rank 0 keeps the latest one here.
+# _store_serial counts the stores hosted, so a guard knows when its store was replaced.
 _master_store: Any = None
-_master_socket: socket.socket | None = None
+_store_serial = 0
+_store_lock = threading.Lock()
 
 
 def rank_info() -> dict[str, Any]:
@@ -37,25 +42,36 @@ def rank_info() -> dict[str, Any]:
 
 def host_store(addr: str, timeout_s: float) -> int:
     """On rank 0: start a fresh TCPStore server on a free port and return that port."""
-    global _master_store, _master_socket
+    global _master_store, _store_serial
     from torch.distributed import TCPStore
 
     # TCPStore alone listens on every interface; a socket bound to the cluster's
     # address (loopback by default) and handed over keeps it there.
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.bind((addr, 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    store = TCPStore(
-        addr,
-        port,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_s),
-        master_listen_fd=sock.fileno(),
-    )
-    _master_store, _master_socket = store, sock  # the socket must live as long as the store
+    try:
+        sock.bind((addr, 0))
+        sock.listen(128)
+        store = TCPStore(
+            addr,
+            sock.getsockname()[1],
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timedelta(seconds=timeout_s),
+            master_listen_fd=sock.fileno(),
+        )
+    except BaseException:
+        sock.close()
+        raise
+    # The store owns the descriptor from here on and closes it when it is destroyed,
+    # which may be long after this function's next call (a DDP model keeps its group,
+    # and so its store, alive). Closed by us as well, that number would be closed twice:
+    # the second time under whatever reused it (a gloo pair, the next store's
+    # connection), killing it (a hung rendezvous, or SIGABRT in gloo's loop).
+    sock.detach()
+    with _store_lock:
+        _master_store = store
+        _store_serial += 1
     return int(store.port)
 
 
@@ -66,7 +82,25 @@ def destroy_group() -> bool:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         return True
+    _reset_group_names()
     return False
+
+
+def _reset_group_names() -> None:
+    """Make the next group this rank creates be named as on a fresh rank.
+
+    torch names each new group by a per-process counter (its store keys carry that
+    name), and resets it only when a default group is destroyed. A creation that
+    failed (a script's init_process_group() whose rendezvous was aborted, a group
+    creation that timed out) advances it with no group to destroy: that rank's next
+    group would then wait under another name than its peers' (a replaced rank starts
+    at 0), until the timeout ("wait timeout ... keys: .../0//cpu//0/1").
+    """
+    import torch.distributed.distributed_c10d as c10d
+
+    world = getattr(c10d, "_world", None)
+    if world is not None and hasattr(type(world), "group_count"):
+        world.group_count = 0
 
 
 def export_rendezvous(addr: str, port: int) -> None:
@@ -178,6 +212,32 @@ def _listening_ports() -> set[int]:
     }
 
 
+def shutdown_connections(which: Callable[[Any], bool]) -> int:
+    """Shut down (both ways) this process's established TCP connections for which
+    *which(conn)* is true (a psutil connection); return how many were shut.
+
+    A peer blocked on such a connection (a gloo collective, a store wait) then fails at
+    once with "connection closed" instead of waiting for its timeout. The socket is
+    shut down through a duplicate of its descriptor: its owner (gloo, the store) closes
+    its own descriptor later, as after any peer's disconnect.
+    """
+    import psutil
+
+    closed = 0
+    for conn in psutil.Process().net_connections(kind="tcp"):
+        if conn.status != psutil.CONN_ESTABLISHED or conn.fd < 0 or not which(conn):
+            continue
+        sock = socket.socket(fileno=os.dup(conn.fd))
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            closed += 1
+        except OSError:
+            continue  # already closed by the peer
+        finally:
+            sock.close()
+    return closed
+
+
 def sever(pair_ports: list[int]) -> int:
     """Shut down this rank's connections to its peers' group transport; return how many.
 
@@ -186,24 +246,69 @@ def sever(pair_ports: list[int]) -> int:
     is not enough when a DDP model still holds it: its sockets stay open. Only TCP
     connections to or from the group's own listening ports are touched.
     """
-    import psutil
-
     ports = set(pair_ports)
-    closed = 0
-    for conn in psutil.Process().net_connections(kind="tcp"):
-        if conn.status != psutil.CONN_ESTABLISHED or conn.fd < 0 or not conn.raddr:
-            continue
-        if conn.laddr.port in ports or conn.raddr.port in ports:
-            sock = socket.socket(fileno=os.dup(conn.fd))
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-                closed += 1
-            except OSError:
-                continue  # already closed by the peer
-            finally:
-                sock.close()
+    closed = shutdown_connections(
+        lambda c: bool(c.raddr) and (c.laddr.port in ports or c.raddr.port in ports)
+    )
     destroy_group()
     return closed
+
+
+# --- a script's rendezvous (%dist_run) -------------------------------------------------
+# A rank whose script fails before its init_process_group() never joins the rendezvous:
+# its peers would wait in it for the group's timeout (torch's default: 30 minutes), and
+# neither SIGINT nor anything sent to their busy engine frees them. So, for a script's
+# run, rank 0 (which hosts the store) keeps a guard thread that waits for ABORT_KEY;
+# a failing rank sets it, and the guard closes the store: every rank waiting in the
+# rendezvous (or on any store call) then fails at once with "connection closed".
+ABORT_KEY = "dist-notebook/abort"
+_GUARD_PERIOD = 0.1  # seconds between the guard's looks at the store
+
+
+def guard_rendezvous(addr: str, port: int) -> None:
+    """On rank 0, right after host_store(): once a rank sets ABORT_KEY, shut down every
+    connection to this store, and keep doing so (a rank that comes late to the
+    rendezvous fails at once too) until the next host_store() replaces the store."""
+    from torch.distributed import TCPStore
+
+    serial = _store_serial
+    client = TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=30))
+
+    def current() -> bool:
+        return _store_serial == serial
+
+    def guard() -> None:
+        while current():
+            try:
+                if client.check([ABORT_KEY]):
+                    break
+            except RuntimeError:  # the store is gone: this script's run is over
+                return
+            time.sleep(_GUARD_PERIOD)
+        while current():
+            shutdown_connections(
+                lambda c: c.laddr.port == port or (bool(c.raddr) and c.raddr.port == port)
+            )
+            time.sleep(_GUARD_PERIOD)
+
+    threading.Thread(target=guard, name="dist-notebook-rendezvous-guard", daemon=True).start()
+
+
+def abort_rendezvous(rank: int, timeout_s: float = 5.0) -> bool:
+    """From a rank whose script failed: set ABORT_KEY in the script's store (MASTER_ADDR,
+    MASTER_PORT), so rank 0's guard frees the peers waiting on it. Return whether it
+    was set (False: the store is gone already, or this is not a script's run)."""
+    from torch.distributed import TCPStore
+
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return False
+    try:
+        store = TCPStore(addr, int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
+        store.set(ABORT_KEY, str(rank))
+    except RuntimeError:  # the store was closed already (another rank aborted first)
+        return False
+    return True
 
 
 def _publish_names(rank: int, world: int, device: Any) -> None:

@@ -5,19 +5,21 @@ The script sees ``__name__ == "__main__"``, its own ``sys.argv``, its directory 
 would give it (RANK, WORLD_SIZE, MASTER_ADDR/PORT of a live store), so its own
 ``dist.init_process_group()`` works.
 
-A script that fails on one rank while its peers wait for it in a collective would hold
-them until its group's timeout (torch's default: 30 minutes). torchrun ends the other
-workers; here the failing rank shuts down the connections its script opened, so the
-peers fail within about a second and every rank's exit status comes back.
+A script that fails on one rank while its peers wait for it, in a collective or in the
+rendezvous of init_process_group(), would hold them until its group's timeout (torch's
+default: 30 minutes). torchrun ends the other workers; here the failing rank shuts down
+the connections its script opened and has rank 0 close the script's store, so the peers
+fail within about a second and every rank's exit status comes back.
 """
 
 from __future__ import annotations
 
 import os
 import runpy
-import socket
 import sys
 import traceback
+
+from . import group
 
 # Shown when a script written for GPUs runs on CPU ranks (torch's own error names an
 # internal function: "module 'torch._C' has no attribute '_cuda_setDevice'").
@@ -83,26 +85,18 @@ def _connections() -> set[tuple[int, tuple[str, int]]]:
 
 
 def release_peers(before: set[tuple[int, tuple[str, int]]]) -> int:
-    """After a failed script: tear down its process group and shut down every TCP
-    connection it opened (not those that existed before it, the engine's own), so peers
-    blocked in a collective with this rank fail at once. Return how many were shut."""
-    import psutil
+    """After a failed script: free the peers that wait for this rank, and return how many
+    connections were shut.
+
+    - Peers blocked in a collective with it: every TCP connection the script opened
+      (not those that existed before it, the engine's own) is shut down.
+    - Peers waiting in the rendezvous for a rank that failed before joining it: the
+      abort key makes rank 0 close the script's store (engine/group.py).
+    """
     import torch.distributed as dist
 
-    closed = 0
-    for conn in psutil.Process().net_connections(kind="tcp"):
-        if conn.status != psutil.CONN_ESTABLISHED or conn.fd < 0:
-            continue
-        if (conn.fd, tuple(conn.laddr)) in before:
-            continue
-        sock = socket.socket(fileno=os.dup(conn.fd))
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-            closed += 1
-        except OSError:
-            continue  # already closed by the peer
-        finally:
-            sock.close()
+    closed = group.shutdown_connections(lambda c: (c.fd, tuple(c.laddr)) not in before)
+    group.abort_rendezvous(int(os.environ.get("RANK", "-1")))
     # After the shutdown: destroying a gloo group whose peer still waits could block.
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

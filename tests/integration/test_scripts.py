@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,56 @@ def test_script_failing_while_its_peer_is_in_a_collective(
     # Released within seconds, not the 30-minute default (bound generous for a busy host).
     assert took < 20, f"the cell took {took:.1f} s"
     out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
+    assert rows["0"][0] != "0" and rows["0"][1] == "failed", out
+    assert rows["1"] == [str(exit_1), "failed"], out
+    assert "not reached" not in out
+    group_still_works(shell, capsys)
+
+
+# Rank 1 fails at the top, before its init_process_group(), while rank 0 waits for it in
+# the rendezvous (torch's default timeout: 30 minutes; SIGINT does not free it).
+FAILS_BEFORE_RENDEZVOUS = """
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+if os.environ["RANK"] == "1":
+    {failure}
+t0 = time.monotonic()
+try:
+    dist.init_process_group("gloo")
+finally:
+    print(f"left the rendezvous after {{time.monotonic() - t0:.2f}} s")
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_1"),
+    [("raise ValueError('no data')", 1), ("sys.exit(2)", 2)],
+    ids=["raises", "exits"],
+)
+def test_script_failing_before_its_rendezvous_releases_the_peer(
+    shell: Any,
+    cluster2: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    failure: str,
+    exit_1: int,
+) -> None:
+    script = tmp_path / "early.py"
+    script.write_text(FAILS_BEFORE_RENDEZVOUS.format(failure=failure))
+    with pytest.raises(UsageError, match=r"early.py failed on rank"):
+        shell.run_line_magic("dist_run", str(script))
+    out = capsys.readouterr().out
+    # Rank 0's own measure of its wait in the rendezvous: 5 s at most.
+    waited = re.search(r"\[rank 0\] left the rendezvous after ([0-9.]+) s", out)
+    assert waited is not None, out
+    assert float(waited.group(1)) < 5, out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
     assert rows["0"][0] != "0" and rows["0"][1] == "failed", out
     assert rows["1"] == [str(exit_1), "failed"], out

@@ -203,10 +203,6 @@ def train(shell: Any, flags: str, kill_rank: int) -> Any:
 def test_killed_rank_fails_the_run_and_is_marked_dead(
     shell: Any, own_cluster: Any, tmp_path: Any
 ) -> None:
-    # Fresh engines first: a third replacement of the same rank in one cluster's life
-    # timed out in the group's rendezvous (a known defect, see the issue tracker); this
-    # test is about how a killed run is recorded.
-    shell.run_line_magic("dist_cluster", "restart --all")
     result = train(shell, f"--name killed --checkpoint-dir {tmp_path}", kill_rank=1)
     if own_cluster.state.value != "ready":
         shell.run_line_magic("dist_cluster", "restart")
