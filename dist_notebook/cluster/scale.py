@@ -57,6 +57,14 @@ class ScaleError(RuntimeError):
     """The cluster cannot be scaled as asked; the message names the fix."""
 
 
+class GrowError(ScaleError):
+    """New engines did not start; the cluster goes on with the engines it kept."""
+
+    def __init__(self, message: str, kept: list[int]) -> None:
+        super().__init__(message)
+        self.kept = kept
+
+
 def check(cluster: Any, n: int, hosts: str | None = None) -> None:
     spec = cluster.spec
     if cluster.state.value != "ready":
@@ -102,12 +110,18 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         return 0.0
     cluster.state = type(cluster.state)("restarting")
     cluster._store_state("restarting")
+    failed: GrowError | None = None
     try:
         previous: list[str] | None = None
         kept: set[int] | None = None
         if remote:
             previous = list(dict.fromkeys(r.host for r in cluster.ranks))
-            ids, kept = await _scale_remote(cluster, n, origins, target)
+            try:
+                ids, kept = await _scale_remote(cluster, n, origins, target)
+            except GrowError as e:
+                if not e.kept:
+                    raise
+                failed, ids, kept = e, e.kept, set(e.kept)
         elif n > old:
             ids = await _grow(cluster, n)
         else:
@@ -122,6 +136,8 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         cluster._store_state("failed")
         raise
     cluster._ready(t0)
+    if failed is not None:
+        raise failed  # the cluster is ready again, with the ranks it kept
     return time.perf_counter() - t0
 
 
@@ -318,7 +334,7 @@ async def _scale_remote(
             await cluster._wait_for_engines(before, added)
         except Exception as e:
             # Nothing half-grown stays behind (a Slurm job still pending, engines that
-            # did start): the cluster is left with the ranks it kept, for a restart.
+            # did start): the cluster goes on with the ranks it kept.
             for set_id in [s for s in list(cluster._ipp.engines) if s not in sets]:
                 await _drop_set(cluster, set_id)
             known = dict(spec.hosts)
@@ -329,10 +345,12 @@ async def _scale_remote(
             _remember_layout(cluster)
             grow = {h: c - have.get(h, 0) for h, c in target.items() if c > have.get(h, 0)}
             where = f"on {format_hosts(tuple(grow.items()))}" if grow else "in a new Slurm job"
-            raise ScaleError(
+            raise GrowError(
                 f"scale {n}: starting {added} engine{'s' if added > 1 else ''} {where} failed "
-                f"({str(e)[:300]}); the cluster keeps {len(kept)} ranks: run %dist_cluster "
-                "restart (and check that the hosts can be reached, or the queue has room)"
+                f"({str(e)[:300]}); the cluster goes on with the {len(kept)} ranks it kept, "
+                "in a new group: check that the hosts can be reached (or that the queue has "
+                "room), then scale again",
+                kept,
             ) from e
         new = sorted(set(cluster.client.ids) - before)
     _remember_layout(cluster)
