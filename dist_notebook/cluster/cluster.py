@@ -210,6 +210,11 @@ class DistCluster(ClusterHealth):
             return await self.start()
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
+        if self.state == ClusterState.RESTARTING:  # the health watch replaces a rank
+            raise ClusterError(
+                "the cluster is already restarting (a rank is being replaced): see "
+                "%dist_cluster status in a few seconds"
+            )
         t0 = time.perf_counter()
         # Remote engines are started per host by their launcher: restart them all.
         dead = {} if everything or self.spec.launcher != "local" else self.dead_ranks()

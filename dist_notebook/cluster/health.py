@@ -5,6 +5,8 @@ health, read from ipyparallel's launchers and client (never from the process lis
 - An engine the controller dropped after missed heartbeats (a rank stopped with
   SIGSTOP, or hung outside Python) is seen by a watch thread of the kernel, so status
   names the unresponsive rank without waiting for a cell.
+- A rank dropped while stopped that runs again (SIGCONT) is replaced by the watch
+  thread itself: ipyparallel never takes a dropped engine back.
 - A controller that dies is seen by its launcher: the cluster fails at once, its
   engines are ended (they cannot join another controller), and restart starts anew.
 """
@@ -31,6 +33,13 @@ log = logging.getLogger("dist_notebook")
 
 UNRESPONSIVE = "unresponsive"
 HEALTH_PERIOD = 0.25  # seconds between looks for engines the controller dropped
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _process_state(pid: int) -> str:
@@ -65,6 +74,9 @@ class ClusterHealth:
         raise NotImplementedError
 
     def _store_state(self, state: str) -> None:
+        raise NotImplementedError
+
+    async def restart(self, everything: bool = False) -> Any:
         raise NotImplementedError
 
     def _start_health_watch(self) -> None:
@@ -106,7 +118,8 @@ class ClusterHealth:
     def _unresponsive(self, dead: dict[int, str]) -> dict[int, str]:
         """Ranks whose engine the controller dropped (missed heartbeats) though its
         process may live: stopped (SIGSTOP) or hung outside Python. Such an engine
-        never comes back by itself, even after SIGCONT; restart replaces it."""
+        never comes back by itself, even after SIGCONT: the watch thread replaces it
+        once its process runs again (restart does it at once)."""
         if self.client is None or self.state not in (ClusterState.READY, ClusterState.DEGRADED):
             return {}
         registered = set(self.client.ids)
@@ -153,9 +166,48 @@ class ClusterHealth:
             if self.state != ClusterState.RESTARTING:
                 try:
                     self.check_health()
+                    self._replace_resumed()
                 except Exception as e:  # a client closing under us: say it, keep watching
                     log.debug("health check: %s", e)
             time.sleep(HEALTH_PERIOD)
+
+    def resumed_ranks(self) -> list[int]:
+        """Unresponsive ranks whose process runs again (SIGCONT after SIGSTOP), when no
+        other rank is dead: the ranks the cluster replaces by itself."""
+        if self.state != ClusterState.DEGRADED or self.spec.launcher != "local":
+            return []
+        bad = [r for r in self.ranks if r.state in ("dead", UNRESPONSIVE)]
+        if any(r.state != UNRESPONSIVE or _stopped(r.pid) for r in bad):
+            return []  # a dead rank is the user's (or --auto-restart's) to replace
+        return [r.rank for r in bad]
+
+    def _replace_resumed(self) -> None:
+        """A rank dropped while stopped and since resumed: ipyparallel never takes a
+        dropped engine back, so that rank would stay unusable until a restart. Replace
+        it now (its process is ended; the other ranks keep their state) and say so."""
+        resumed = self.resumed_ranks()
+        if not resumed:
+            return
+        from .loop import run_sync
+
+        names = ", ".join(str(r) for r in resumed)
+        message = (
+            f"rank {names} runs again (SIGCONT) but its engine was dropped while it was "
+            "stopped: replacing it (its variables are lost; the other ranks keep theirs)"
+        )
+        log.warning("cluster %s: %s", self.id, message)
+        record(self.writer(), "add_event", "rank-replaced", message, cluster_id=self.id)
+        try:
+            run_sync(self.restart())
+        except Exception as e:  # said to the user; the cluster stays failed until restart
+            log.warning(
+                "cluster %s: replacing rank %s failed: %s; run %%dist_cluster restart",
+                self.id,
+                names,
+                e,
+            )
+        else:
+            log.warning("cluster %s: rank %s replaced; the cluster is ready", self.id, names)
 
     def _controller_stopped(self, stop_data: dict[str, Any]) -> None:
         """The controller's launcher saw it exit (its wait thread, within ~0.1 s).
