@@ -386,10 +386,12 @@ async def _remove(cluster: Any, leaving: list[Any], origins: dict[int, dict[str,
             f"{LEAVE_TIMEOUT:.0f} s; going on without them"
         )
     staying = {origins[r.engine_id]["set"] for r in cluster.ranks if r.engine_id not in ids}
-    for set_id in list(cluster._engine_sets):
-        if set_id not in staying and set_id in cluster._ipp.engines:
-            cluster.progress(f"stopping engine set {set_id} (no engine left in it)")
-            await cluster._ipp.stop_engines(set_id)
+    empty = [s for s in cluster._engine_sets if s not in staying and s in cluster._ipp.engines]
+    if empty:
+        # Together: each stop waits for its launcher (an mpiexec's exit, scancel).
+        cluster.progress(f"stopping engine set{'s' if len(empty) > 1 else ''} left empty")
+        await asyncio.gather(*(cluster._ipp.stop_engines(s) for s in empty))
+        for set_id in empty:
             cluster._engine_sets.remove(set_id)
 
 
