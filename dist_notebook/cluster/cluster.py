@@ -440,6 +440,22 @@ class DistCluster(ClusterHealth):
         self.progress(f"creating the {self.backend} process group")
         addr = self.master_addr or spec.ip  # rank 0's own address on remote hosts
         rank0 = self.engine_ids([0])[0]
+        # Every rank has torch loaded before anyone enters the rendezvous: a replaced
+        # rank's import takes ~2 s, 30 s+ on a loaded host, and its peers' rendezvous
+        # timeout must count only the group's creation.
+        loaded = client[self.engine_ids()].apply_async(group.load_torch)
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(loaded), spec.start_timeout)
+        except ipp.error.CompositeError as e:
+            raise ClusterError(
+                f"a rank cannot import torch: {_first_error(e)}; check the engines' "
+                "environment, then %dist_cluster restart"
+            ) from None
+        except asyncio.TimeoutError:
+            raise ClusterError(
+                f"the ranks did not load torch within {spec.start_timeout:.0f} s; the host "
+                "may be overloaded: %dist_cluster restart"
+            ) from None
         port = await asyncio.wrap_future(
             client[rank0].apply_async(group.host_store, addr, spec.timeout)
         )
@@ -447,7 +463,6 @@ class DistCluster(ClusterHealth):
             group.init_group, addr, port, self.backend, spec.timeout, self._generation
         )
         try:
-            # The first creation also waits for the background torch import (~2 s).
             await asyncio.wait_for(asyncio.wrap_future(ar), spec.timeout + 60)
         except ipp.error.CompositeError as e:
             raise ClusterError(

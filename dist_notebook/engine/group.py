@@ -40,6 +40,14 @@ def rank_info() -> dict[str, Any]:
     }
 
 
+def load_torch() -> str:
+    """Import torch.distributed here (the engine's background import may still run)."""
+    import torch
+    import torch.distributed  # noqa: F401
+
+    return str(torch.__version__)
+
+
 def host_store(addr: str, timeout_s: float) -> int:
     """On rank 0: start a fresh TCPStore server on a free port and return that port."""
     global _master_store, _store_serial
