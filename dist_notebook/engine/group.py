@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -235,7 +236,10 @@ def shutdown_connections(which: Callable[[Any], bool]) -> int:
     for conn in psutil.Process().net_connections(kind="tcp"):
         if conn.status != psutil.CONN_ESTABLISHED or conn.fd < 0 or not which(conn):
             continue
-        sock = socket.socket(fileno=os.dup(conn.fd))
+        try:
+            sock = socket.socket(fileno=os.dup(conn.fd))
+        except OSError:
+            continue  # its owner closed it since the listing
         try:
             sock.shutdown(socket.SHUT_RDWR)
             closed += 1
@@ -277,6 +281,7 @@ def guard_rendezvous(addr: str, port: int) -> None:
     """On rank 0, right after host_store(): once a rank sets ABORT_KEY, shut down every
     connection to this store, and keep doing so (a rank that comes late to the
     rendezvous fails at once too) until the next host_store() replaces the store."""
+    import psutil
     from torch.distributed import TCPStore
 
     serial = _store_serial
@@ -294,9 +299,12 @@ def guard_rendezvous(addr: str, port: int) -> None:
                 return
             time.sleep(_GUARD_PERIOD)
         while current():
-            shutdown_connections(
-                lambda c: c.laddr.port == port or (bool(c.raddr) and c.raddr.port == port)
-            )
+            try:
+                shutdown_connections(
+                    lambda c: c.laddr.port == port or (bool(c.raddr) and c.raddr.port == port)
+                )
+            except (OSError, psutil.Error) as e:  # a connection going as we look: again
+                print(f"dist-notebook: closing the script's store: {e}", file=sys.stderr)
             time.sleep(_GUARD_PERIOD)
 
     threading.Thread(target=guard, name="dist-notebook-rendezvous-guard", daemon=True).start()
