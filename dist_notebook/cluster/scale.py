@@ -129,7 +129,7 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         cluster.ranks, cluster.master_addr = await ranks_across_hosts(
             cluster.client, ids, type(cluster.ranks[0]), previous, kept
         )
-        cluster.progress(f"re-creating the process group on {n} ranks")
+        cluster.progress(f"re-creating the process group on {len(ids)} ranks")
         await cluster.init_group()
     except BaseException:
         cluster.state = type(cluster.state)("failed")
