@@ -90,10 +90,15 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
 
 
 def ranks_table(cluster: DistCluster) -> Table:
-    rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in cluster.ranks]
+    """One row per rank; a node column when the ranks span more than one node."""
+    ranks = cluster.ranks
     title = f"cluster {cluster.id}: {cluster.state.value}"
     if cluster.start_seconds is not None and cluster.state == ClusterState.READY:
         title += f" in {cluster.start_seconds:.1f} s"
+    if len({r.node_rank for r in ranks}) > 1:
+        rows = [(r.rank, r.node_rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
+        return Table(("rank", "node", "host", "pid", "device", "backend", "state"), rows, title)
+    rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
     return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
 
 

@@ -65,6 +65,11 @@ def expect_placement(cluster: Any, hosts: list[str]) -> None:
     assert [(r.rank, r.host) for r in cluster.ranks] == list(enumerate(hosts))
     for name in set(hosts):
         assert name in cluster.start_table, cluster.start_table
+    # Ranks on more than one node: the start table has a node column, node ranks as placed.
+    if len(set(hosts)) > 1:
+        assert "rank  node  host" in cluster.start_table, cluster.start_table
+    nodes = [sorted(set(hosts), key=hosts.index).index(h) for h in hosts]
+    assert [r.node_rank for r in cluster.ranks] == nodes
     # The store's rank table has every rank's real host (the panel groups by it).
     stored = {r["rank"]: r["host"] for r in StoreReader().ranks(cluster.id)}
     assert stored == dict(enumerate(hosts))
