@@ -49,7 +49,7 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
     ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
     ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
     ("metrics_latency", "metrics_latency.py", [], 30, 90),
-    ("throughput", "throughput.py", ["--reps", "4"], 330, 600),
+    ("throughput", "throughput.py", ["--reps", "3"], 250, 480),
     ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
     ("cpu_share", "cpu_share.py", ["--reps", "2", "--steps", "1500"], 120, 240),
 ]
