@@ -631,6 +631,12 @@ def main() -> None:
     parser.add_argument(
         "--table-only", action="store_true", help="rebuild the table from the JSON files"
     )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=TOTAL_S / 60,
+        help=f"time for the whole set (default {TOTAL_S // 60}); parts past it are ended",
+    )
     args = parser.parse_args()
 
     common.RESULTS.mkdir(parents=True, exist_ok=True)
@@ -654,7 +660,7 @@ def main() -> None:
         if args.quick:
             part_args = QUICK_ARGS.get(name, part_args)
         later = sum(p[3] for p in chosen[i + 1 :])
-        left = TOTAL_S - (time.perf_counter() - t0) - later
+        left = args.minutes * 60 - (time.perf_counter() - t0) - later
         status[name] = run_part(name, script, part_args, int(max(30, min(budget, left))), env)
     total = time.perf_counter() - t0
     (common.RESULTS / "run_all.json").write_text(
