@@ -58,8 +58,11 @@ def watch_parent(period: float = 0.25, before_exit: Callable[[], None] | None = 
     *before_exit* runs once the parent is gone, just before this process ends.
     """
     value = os.environ.get(ENV_VAR)
-    if not value or int(value) != os.getppid():
+    if not value:
         # Started by another launcher (MPI, SSH, Slurm): that launcher owns our lifetime.
         return False
+    # The kernel names itself only to the processes it starts directly, so a parent
+    # other than the one named means it died before this check ran (a kernel killed
+    # during a start): end now, or nothing ever would.
     watch_pid(int(value), period, before_exit)
     return True
