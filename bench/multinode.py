@@ -131,7 +131,16 @@ def run_torchrun(hosts: Any, script: Path, steps: int) -> dict[str, float]:
         )
         for h in hosts.hosts
     ]
-    outs = [p.communicate(timeout=300)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        # torchrun's c10d rendezvous can hang when one agent leaves early: a failed run
+        # of the peer, counted as such, not a hung bench.
+        for p in procs:
+            p.kill()
+        tails = [(p.communicate()[0] or "")[-400:] for p in procs]
+        print("torchrun hung (120 s); agents' last output:", *tails, sep="\n", flush=True)
+        return {}
     return common.result_line("\n".join(outs))
 
 
@@ -261,6 +270,7 @@ def main() -> None:
     script.write_text(SCRIPT)
     hosts = TestHosts(tmp).up()
     results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": []}
+    hung: dict[str, int] = {}
     try:
         os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))
         for rep in range(args.reps):
@@ -270,39 +280,64 @@ def main() -> None:
                 else:
                     value = run_ours(hosts, args.steps)
                 print(side, json.dumps(value), flush=True)
-                results[side].append(value)
+                if value:
+                    results[side].append(value)
+                else:
+                    hung[side] = hung.get(side, 0) + 1
     finally:
         hosts.down()
-    report(results, args)
+    for side, count in hung.items():
+        print(f"{side}: {count} of {args.reps} runs hung and are left out", flush=True)
+    report(results, args, hung)
 
 
-def report(results: dict[str, list[dict[str, float]]], args: Any) -> None:
+def report(results: dict[str, list[dict[str, float]]], args: Any, hung: dict[str, int]) -> None:
     med = {
         side: {k: statistics.median(v[k] for v in vals) for k in ("first_s", "samples_per_s")}
         for side, vals in results.items()
     }
     ours, theirs = med["dist-notebook"], med["torchrun"]
+
+    def spread(side: str, key: str, digits: int) -> str:
+        vals = [v[key] for v in results[side]]
+        return f"{fmt(min(vals), digits)}-{fmt(max(vals), digits)}"
+
     rows = [
         [
-            "start to first collective (s)",
-            fmt(ours["first_s"], 2),
-            fmt(theirs["first_s"], 2),
-            fmt(ours["first_s"] / theirs["first_s"], 2) + "x",
-        ],
-        [
-            "DDP samples/s (2 hosts x 1 CPU rank)",
-            fmt(ours["samples_per_s"], 0),
-            fmt(theirs["samples_per_s"], 0),
-            fmt(ours["samples_per_s"] / theirs["samples_per_s"], 3) + "x",
-        ],
+            what,
+            fmt(ours[key], digits),
+            spread("dist-notebook", key, digits),
+            fmt(theirs[key], digits),
+            spread("torchrun", key, digits),
+            fmt(ours[key] / theirs[key], 3) + "x",
+        ]
+        for what, key, digits in (
+            ("start to first collective (s)", "first_s", 2),
+            ("DDP samples/s (2 hosts x 1 CPU rank)", "samples_per_s", 0),
+        )
     ]
     table = md_table(
-        ["median of " + str(args.reps), "dist-notebook (ssh)", "torchrun c10d", "ratio"], rows
+        [
+            f"{args.reps} reps, interleaved",
+            "dist-notebook (ssh), median",
+            "min-max",
+            "torchrun c10d, median",
+            "min-max",
+            "ratio of medians",
+        ],
+        rows,
     )
     print(table)
     common.write_result(
         "multinode",
-        {"reps": args.reps, "steps": args.steps, "raw": results, "median": med, "table": table},
+        {
+            "reps": args.reps,
+            "steps": args.steps,
+            "raw": results,
+            "hung": hung,
+            "median": med,
+            "table": table,
+        },
     )
 
 
