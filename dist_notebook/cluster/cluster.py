@@ -109,7 +109,9 @@ class DistCluster(ClusterHealth):
         self._tearing_down = False
         self._watch: threading.Thread | None = None
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
-        self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
+        # Made by start() and removed by stop() or a failed start, so a cluster that is
+        # refused or never started leaves no folder behind.
+        self.stack_dir = ""
 
     # --- properties ------------------------------------------------------------
     @property
@@ -164,6 +166,7 @@ class DistCluster(ClusterHealth):
         self.state = ClusterState.STARTING
         registry.add(self)
         try:
+            self._make_stack_dir()
             self._ipp = self._make_ipp_cluster()
             self.progress(f"starting controller on {self.spec.ip}")
             await self._ipp.start_controller()
@@ -177,8 +180,17 @@ class DistCluster(ClusterHealth):
             self.state = ClusterState.FAILED
             await self._teardown()
             self._store_state("failed")
+            self._remove_stack_dir()
             raise
         return self._ready(t0)
+
+    def _make_stack_dir(self) -> None:
+        if not self.stack_dir or not os.path.isdir(self.stack_dir):
+            self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
+
+    def _remove_stack_dir(self) -> None:
+        if self.stack_dir:
+            shutil.rmtree(self.stack_dir, ignore_errors=True)
 
     def _ready(self, t0: float) -> DistCluster:
         self.state = ClusterState.READY
@@ -248,7 +260,7 @@ class DistCluster(ClusterHealth):
         await self._teardown()
         self.state = ClusterState.STOPPED
         self._store_state("stopped")
-        shutil.rmtree(self.stack_dir, ignore_errors=True)
+        self._remove_stack_dir()
         registry.discard(self)
 
     def stop_sync(self) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import tempfile
 from collections.abc import Iterator
 
 import psutil
@@ -10,6 +13,7 @@ import pytest
 from dist_notebook import ClusterSpec, DistCluster
 from dist_notebook.cluster import ClusterState
 from dist_notebook.cluster.execute import run_on_ranks
+from dist_notebook.cluster.spec import ClusterConfigError
 
 from .procs import alive, cluster_pids, kill_all, wait_gone
 
@@ -62,8 +66,25 @@ def test_restart_gives_new_engines_with_the_same_ranks(fresh: DistCluster) -> No
 
 def test_stop_leaves_no_process(fresh: DistCluster) -> None:
     pids = cluster_pids(fresh)
+    stacks = fresh.stack_dir
+    assert os.path.isdir(stacks)
     fresh.stop_sync()
     assert fresh.state == ClusterState.STOPPED
     assert wait_gone(pids["engines"] + pids["controller"], 10) == []
+    assert not os.path.exists(stacks)
     fresh.stop_sync()  # a second stop does nothing
     assert fresh.state == ClusterState.STOPPED
+
+
+def _stack_dirs(cluster: DistCluster) -> list[str]:
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"dist-notebook-{cluster.id}-*"))
+
+
+def test_a_refused_or_never_started_cluster_leaves_no_folder() -> None:
+    never = DistCluster(ClusterSpec(n=2))
+    never.stop_sync()
+    refused = DistCluster(ClusterSpec(n=100_000))
+    with pytest.raises(ClusterConfigError):
+        refused.start_sync()
+    refused.stop_sync()
+    assert _stack_dirs(never) + _stack_dirs(refused) == []
