@@ -96,8 +96,8 @@ def ranks_table(cluster: DistCluster) -> Table:
     if cluster.start_seconds is not None and cluster.state == ClusterState.READY:
         title += f" in {cluster.start_seconds:.1f} s"
     if len({r.node_rank for r in ranks}) > 1:
-        rows = [(r.rank, r.node_rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
-        return Table(("rank", "node", "host", "pid", "device", "backend", "state"), rows, title)
+        nodes = [(r.rank, r.node_rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
+        return Table(("rank", "node", "host", "pid", "device", "backend", "state"), nodes, title)
     rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
     return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
 
