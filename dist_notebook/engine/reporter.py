@@ -30,10 +30,10 @@ _lock = threading.Lock()
 # How often a rank ships its queued records. Each batch costs a wake-up, JSON, HMAC and a
 # send on the rank, and a receive, a check and a hand-over in the kernel, whatever its
 # size. Measured at ~120 records/s (a rank reporting every step): the sender thread used
-# 0.6-0.75% of a core at 0.05 s, 0.25-0.37% at 0.1 s, 0.25% at 0.2 s. 0.1 s keeps most of
-# that gain and adds at most 50 ms to report()-to-drawn (the live view redraws every
-# 0.2 s, display/live.py), whose target is 250 ms at p95.
-BATCH_SECONDS = 0.1
+# 0.6-0.75% of a core at 0.05 s, 0.25-0.37% at 0.1 s, 0.25% at 0.2 s. But report()-to-drawn
+# is this wait plus the live view's (display/live.py) plus the browser's: with 0.1 s here
+# its p95 was 280 ms in bench/live_view.py, over its 250 ms target, so 0.05 s it is.
+BATCH_SECONDS = 0.05
 # A message is at most this many records (the collector caps a message's size).
 MAX_BATCH = 2000
 
