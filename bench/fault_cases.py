@@ -156,36 +156,31 @@ class Issue12:
         self.b.row("%dist_pull of an instance of a %%dist class", took, took, lost=0 if ok else "-")
 
     def run_fails_in_collective(self) -> None:
-        script = self.root / "stuck.py"
-        script.write_text(FAILS_IN_COLLECTIVE)
-        t0 = time.perf_counter()
-        try:
-            self.b.magic("dist_run", str(script))
-        except Exception as e:  # UsageError naming the failed rank: the expected outcome
-            print(f"dist_run: {e}", flush=True)
-        detect = time.perf_counter() - t0
-        self.b.row(
+        self._failing_script(
+            "stuck.py",
+            FAILS_IN_COLLECTIVE,
             "%dist_run: rank 1 exits while rank 0 is in all_reduce",
-            detect,
-            detect + self.b.reduce(),
-            note="torch's default: 30 minutes",
+            "torch's default: 30 minutes",
         )
 
     def run_fails_before_rendezvous(self) -> None:
-        script = self.root / "early.py"
-        script.write_text(FAILS_BEFORE_RENDEZVOUS)
+        self._failing_script(
+            "early.py",
+            FAILS_BEFORE_RENDEZVOUS,
+            "%dist_run: rank 1 exits before init_process_group, rank 0 in the rendezvous",
+            "detect = the whole %dist_run; torch's default: 30 minutes",
+        )
+
+    def _failing_script(self, name: str, text: str, label: str, note: str) -> None:
+        script = self.root / name
+        script.write_text(text)
         t0 = time.perf_counter()
         try:
             self.b.magic("dist_run", str(script))
         except Exception as e:  # UsageError naming the failed rank: the expected outcome
             print(f"dist_run: {e}", flush=True)
         detect = time.perf_counter() - t0
-        self.b.row(
-            "%dist_run: rank 1 exits before init_process_group, rank 0 in the rendezvous",
-            detect,
-            detect + self.b.reduce(),
-            note="detect = the whole %dist_run; torch's default: 30 minutes",
-        )
+        self.b.row(label, detect, detect + self.b.reduce(), note=note)
 
     def replaced_three_times(self) -> None:
         """Rank 1 SIGKILLed and replaced three times, a DDP model kept on rank 0."""
