@@ -1,9 +1,10 @@
 """What this machine can hold, checked before anything starts.
 
 Without a limit, ``-n 10000`` started processes until threads ran out (217 processes,
-5.6 GB in 60 s in a capped cgroup). A local rank is an engine and its nanny with torch
-loaded: measured 300 MB resident (engine 258 MB, nanny 42 MB) on CPU, so the count of local
-ranks is held to what the available memory takes. ``force`` overrides the check.
+5.6 GB in 60 s in a capped cgroup). A local rank is an engine with torch loaded: measured
+258 MB resident on CPU (with the 42 MB nanny local engines had before, 300 MB; the limit
+keeps that margin), so the count of local ranks is held to what the available memory
+takes. ``force`` overrides the check.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import psutil
 
 from .spec import ClusterConfigError, ClusterSpec
 
-RANK_MEMORY = 300 * 2**20  # engine 258 MB + nanny 42 MB resident, torch imported (measured)
+RANK_MEMORY = 300 * 2**20  # engine 258 MB resident with torch imported (measured), + margin
 ALL_INTERFACES = ("0.0.0.0", "::", "*")
 
 
@@ -28,7 +29,7 @@ def check_capacity(spec: ClusterSpec) -> None:
     fits = max(1, available // RANK_MEMORY)
     pids = _pids_left()
     if pids is not None:
-        fits = min(fits, max(1, pids // 3))  # engine, nanny and their threads' margin
+        fits = min(fits, max(1, pids // 3))  # an engine, a nanny (remote launchers) and threads
     if spec.n > fits:
         raise ClusterConfigError(
             f"-n {spec.n} is more ranks than this machine can hold: each rank takes about "

@@ -1,7 +1,7 @@
 """Nothing of a stopped cluster may remain: its process tree and its files.
 
-ipyparallel's controller forks 8 scheduler processes and every engine starts a nanny;
-a controller or engine that ends without its own clean-up leaves them running (each
+ipyparallel's controller forks 8 scheduler processes and an engine on another launcher
+starts a nanny; a controller or engine that ends without its own clean-up leaves them running (each
 controller set ~42 MB and 20 listening ports). ipyparallel also leaves its engine-set
 file in the profile's log folder after a clean stop. The process tree is taken from
 the pids we started (controller and engines), never by scanning the process list.
