@@ -241,7 +241,14 @@ def _interrupt(
     cluster.interrupt(ranks)
     if not ar.wait(1):
         release.release()
-    ar.wait(5)
+    # A SIGINT that reaches a rank before it begins the cell is ignored (a kernel ignores
+    # it between cells), and that rank would then run the whole cell while the next one
+    # waits for it: interrupt the ranks still running again, for a bounded time.
+    end = time.monotonic() + 10
+    while not ar.wait(0.5) and time.monotonic() < end:
+        running = [s.rank for c, s in zip(ar._children, streams, strict=True) if not c.done()]
+        if running:
+            cluster.interrupt(running)
     _forward(ar, streams)
 
 

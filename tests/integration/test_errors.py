@@ -88,6 +88,21 @@ def test_timeout_interrupts_every_rank(shell: Any, cluster2: Any) -> None:
     still_works(cluster2)
 
 
+@pytest.mark.timeout(60)
+def test_timeout_interrupts_a_rank_that_began_the_cell_late(shell: Any, cluster2: Any) -> None:
+    # Rank 1 is still busy with an earlier request when the cell times out: the first
+    # SIGINT ends that request, and the cell begins only afterwards on rank 1.
+    earlier = cluster2.client[cluster2.engine_ids([1])].execute(
+        "import time\ntime.sleep(3)", block=False
+    )
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="interrupted every rank"):
+        shell.run_cell_magic("dist", "--timeout 1", "import time\ntime.sleep(60)")
+    assert time.monotonic() - t0 < 20
+    earlier.wait(10)
+    still_works(cluster2)
+
+
 def test_collective_on_some_ranks_names_the_absent_ones(shell: Any, cluster2: Any) -> None:
     # A group with a short timeout, made on every rank, so the wait is 3 s, not 30.
     shell.run_cell_magic(
