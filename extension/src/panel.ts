@@ -185,7 +185,8 @@ export class DistPanel extends Widget {
       ['GPU', 'GPU memory in use']
     ];
     for (const [title, tip] of titles) {
-      const th = h('th', '', title);
+      const cls = { node: 'dn-rank-node', GPU: 'dn-rank-gpu' }[title] ?? '';
+      const th = h('th', cls, title);
       th.title = tip;
       row.append(th);
     }
@@ -220,6 +221,13 @@ export class DistPanel extends Widget {
     const byRank = new Map(stats.map(s => [s.rank, s]));
     // Ranks come in node order: each node's first row names it.
     const labels = nodeLabels(cluster.ranks);
+    // On one node the column says nothing: hidden, as in %dist_cluster status.
+    const oneNode = new Set(cluster.ranks.map(nodeKey)).size <= 1;
+    const ranksTable = node.querySelector('.dn-ranks')!;
+    ranksTable.classList.toggle('dn-one-node', oneNode);
+    // CPU ranks have no GPU figures: the column is hidden, not a row of dashes.
+    const gpus = cluster.ranks.some(r => (r.device ?? '').startsWith('cuda'));
+    ranksTable.classList.toggle('dn-no-gpu', !gpus);
     const nodeOf = new Map(cluster.ranks.map((r, i) => [r.rank, labels[i]]));
     syncChildren(
       node.querySelector('.dn-ranks-body')!,
