@@ -185,6 +185,12 @@ class DistCluster(ClusterHealth):
         return self._ready(t0)
 
     def _make_stack_dir(self) -> None:
+        if self.spec.launcher != "local":
+            # Only local ranks are asked for their stacks (a signal to their pids). A
+            # folder here would be one that other hosts lack, and that nobody removes
+            # when the kernel is killed: remote engines do not watch the kernel.
+            self.stack_dir = ""
+            return
         if not self.stack_dir or not os.path.isdir(self.stack_dir):
             self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
 

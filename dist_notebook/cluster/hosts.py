@@ -143,10 +143,16 @@ def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
 
     The kernel does not know their cores or their local rank counts: the boot module
     works out OMP_NUM_THREADS and LOCAL_WORLD_SIZE on each host (see
-    ``engine.rankenv``), and MASTER_ADDR once rank 0's address is known.
+    ``engine.rankenv``), and MASTER_ADDR once rank 0's address is known. They get no
+    stack folder: the hang report reads local ranks only (``cluster.stacks``).
     """
     out = dict(env)
-    for name in ("LOCAL_WORLD_SIZE", "MASTER_ADDR", "DIST_NOTEBOOK_PARENT_PID"):
+    for name in (
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "DIST_NOTEBOOK_PARENT_PID",
+        "DIST_NOTEBOOK_STACK_DIR",
+    ):
         out.pop(name, None)
     if spec.threads is None:
         out.pop("OMP_NUM_THREADS", None)

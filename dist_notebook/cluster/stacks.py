@@ -40,9 +40,20 @@ def _silent(cluster: Any, rank: int) -> str:
     return "no answer to SIGUSR1 within the wait"
 
 
+class StacksError(RuntimeError):
+    """The stacks cannot be collected; the message says why."""
+
+
 def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
     """{rank: stack text (or why there is none)} for every rank of a local cluster."""
     directory = cluster.stack_dir
+    if cluster.spec.launcher != "local":
+        # Remote ranks' pids are other hosts' (or other PID namespaces'): they get no
+        # stack folder (DistCluster._make_stack_dir).
+        raise StacksError(
+            f"stacks needs local engines (--launcher local): the ranks of --launcher "
+            f"{cluster.spec.launcher} run on other hosts, where this kernel cannot signal them"
+        )
     report: dict[int, str] = {}
     pending: dict[int, tuple[str, int]] = {}
     for info in cluster.ranks:

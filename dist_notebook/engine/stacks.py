@@ -26,6 +26,10 @@ def register() -> str | None:
     directory = os.environ.get("DIST_NOTEBOOK_STACK_DIR")
     if not directory or not hasattr(signal, "SIGUSR1"):
         return None
+    if not os.path.isdir(directory):
+        # The kernel's folder is not on this host (or was removed since): the rank
+        # starts all the same, without the dump.
+        return None
     path = stack_file(directory, os.environ.get("RANK", str(os.getpid())))
     _file = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     os.chmod(path, 0o600)

@@ -10,11 +10,13 @@ on any host. A killed kernel is checked with a cluster of its own, in a subproce
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from collections.abc import Callable, Iterator
@@ -161,7 +163,7 @@ KERNEL = textwrap.dedent(
 
     cluster = DistCluster(ClusterSpec(**json.loads(sys.argv[1])))
     cluster.start_sync()
-    print(json.dumps([r.host for r in cluster.ranks]), flush=True)
+    print(json.dumps({"id": cluster.id, "hosts": [r.host for r in cluster.ranks]}), flush=True)
     time.sleep(300)  # until the test kills us
     """
 )
@@ -169,7 +171,8 @@ KERNEL = textwrap.dedent(
 
 def expect_killed_kernel_leaves_nothing(hosts: TestHosts, spec: dict[str, Any]) -> float:
     """Start a cluster in a kernel-like process, SIGKILL it; return how long the hosts
-    took to be empty (fails beyond ORPHAN_BOUND_S)."""
+    took to be empty (fails beyond ORPHAN_BOUND_S). Nothing of the cluster's is left on
+    this machine either: no process, no folder in the temporary directory."""
     proc = subprocess.Popen(
         [sys.executable, "-c", KERNEL, json.dumps(dict(spec, ip=hosts.gateway))],
         stdout=subprocess.PIPE,
@@ -182,7 +185,8 @@ def expect_killed_kernel_leaves_nothing(hosts: TestHosts, spec: dict[str, Any]) 
         line = proc.stdout.readline()
         if not line:
             pytest.fail(f"the kernel failed to start its cluster:\n{proc.stderr.read()}")
-        assert json.loads(line) == [h.name for h in hosts.hosts]
+        started = json.loads(line)
+        assert started["hosts"] == [h.name for h in hosts.hosts]
         local = psutil.Process(proc.pid).children(recursive=True)
         assert all(engines_on(h) for h in hosts.hosts)
         proc.send_signal(signal.SIGKILL)
@@ -191,6 +195,11 @@ def expect_killed_kernel_leaves_nothing(hosts: TestHosts, spec: dict[str, Any]) 
             f"a killed kernel's engines end {left_on(hosts)}", nothing_left(hosts), ORPHAN_BOUND_S
         )
         wait_for("its local processes end", lambda: not any(_alive(p) for p in local), 15)
+        # Nobody is left to remove a folder of the kernel's (its remote engines watch
+        # the controller, not the kernel): none may have been made.
+        pattern = os.path.join(tempfile.gettempdir(), f"dist-notebook-{started['id']}-*")
+        left = glob.glob(pattern)
+        assert not left, f"the killed kernel's cluster left {left}"
         return took
     finally:
         if proc.poll() is None:

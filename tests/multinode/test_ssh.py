@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
+
+from dist_notebook.cluster.stacks import StacksError, collect_stacks
 
 from . import scenarios as s
 from .conftest import engines_on, wait_for
@@ -83,6 +86,15 @@ def test_host_link_down_fails_the_cell_then_restart(shell: Any, cluster: Any) ->
     finally:
         hosts.link(h2, up=True)
     s.expect_restart(shell, cluster, HOSTS)
+
+
+def test_stacks_say_they_need_local_engines(shell: Any, cluster: Any) -> None:
+    # The kernel cannot signal another host's pids: no stack folder is made for them.
+    assert cluster.stack_dir == ""
+    with pytest.raises(UsageError, match="stacks needs local engines"):
+        shell.run_line_magic("dist_cluster", "stacks")
+    with pytest.raises(StacksError, match=r"needs local engines \(--launcher local\)"):
+        collect_stacks(cluster)
 
 
 def test_stop_leaves_nothing_on_any_host(cluster: Any) -> None:
