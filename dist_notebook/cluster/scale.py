@@ -22,8 +22,10 @@ and ours in ``launchers``), never by a scheduler of our own:
 
 Every engine is then given its place again (RANK, NODE_RANK, LOCAL_RANK,
 LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR: see ``placement``; ranks by node, then local
-rank, hosts keeping their order) and the default process group is re-created on a fresh
-store port (rank 0 binds port 0), so no old connection survives.
+rank, hosts keeping their order) and the thread count of the new layout (OMP_NUM_THREADS,
+MKL_NUM_THREADS, ``torch.set_num_threads``: the cores over the ranks on the host, or
+``--threads``), and the default process group is re-created on a fresh store port (rank 0
+binds port 0), so no old connection survives.
 
 What the user's state does: surviving ranks keep their Python namespace, new ranks start
 empty. A DDP model holds the old group, so it must be built again after scaling: run
@@ -129,6 +131,7 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         cluster.ranks, cluster.master_addr = await ranks_across_hosts(
             cluster.client, ids, type(cluster.ranks[0]), previous, kept
         )
+        await _match_threads(cluster, ids)
         cluster.progress(f"re-creating the process group on {len(ids)} ranks")
         await cluster.init_group()
     except BaseException:
@@ -143,6 +146,35 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
 
 def scale_sync(cluster: Any, n: int, hosts: str | None = None) -> float:
     return run_sync(scale(cluster, n, hosts))
+
+
+def set_threads(threads: int | None) -> int:
+    """On a rank: take the thread count of the new layout (OMP_NUM_THREADS,
+    MKL_NUM_THREADS and torch's intra-op threads); return it.
+
+    *threads* None (remote ranks without ``--threads``): this host's cores over its
+    ranks (LOCAL_WORLD_SIZE, just assigned), as the rank's boot worked it out.
+    """
+    import os
+
+    import torch
+
+    if threads is None:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        threads = max(1, (os.cpu_count() or 1) // max(1, local))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
+
+
+async def _match_threads(cluster: Any, ids: list[int]) -> None:
+    """Every rank's thread count for the new layout: survivors were started for the
+    old one (a local cluster's cores over its old rank count; a remote host's cores over
+    its old ranks there), and ranks of a Slurm job that shares a node with another job
+    counted only their own job's ranks."""
+    spec = cluster.spec
+    threads = spec.resolved_threads if spec.launcher == "local" else spec.threads
+    await asyncio.wrap_future(cluster.client[ids].apply_async(set_threads, threads))
 
 
 def _resize(cluster: Any, n: int) -> None:

@@ -77,6 +77,7 @@ def test_scale_up_adds_ranks_and_a_fresh_group(shell: Any, cluster: Any) -> None
     assert _store_port(shell) != port_before
     out = _step(shell)
     assert out.count("global batch 48 world 3 3") == 3, out
+    _expect_threads(shell, [3, 3, 3])
     # Survivors keep their namespace; the new rank starts empty.
     with capture_output() as cap:
         shell.run_cell_magic("dist", "", "print(globals().get('keep'))")
@@ -94,11 +95,42 @@ def test_scale_down_stops_the_highest_ranks(shell: Any, cluster: Any) -> None:
     assert cluster.dead_ranks() == {}
 
 
+def test_every_rank_takes_the_thread_count_of_the_new_layout(shell: Any, cluster: Any) -> None:
+    # The cores over the ranks: the survivor of 2 -> 1 gets twice the threads (on any
+    # machine of 2 cores or more), and both ranks of 1 -> 2 get half.
+    for n in (1, 2):
+        _scale(shell, n)
+        _expect_threads(shell, [n] * n)
+
+
 def test_scale_errors_name_the_fix(shell: Any, cluster: Any) -> None:
     with pytest.raises(UsageError, match="needs the new number of ranks, e.g. scale 4"):
         shell.run_line_magic("dist_cluster", "scale")
     with pytest.raises(UsageError, match="must be 1 or more"):
         shell.run_line_magic("dist_cluster", "scale 0")
+
+
+THREADS = (
+    "import os\n"
+    "print('threads', os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'],"
+    " torch.get_num_threads())"
+)
+
+
+def _threads(ranks_on_host: int) -> int:
+    """The threads of a rank sharing its host's cores with *ranks_on_host* ranks (the
+    test hosts see this machine's cores)."""
+    return max(1, (os.cpu_count() or 1) // ranks_on_host)
+
+
+def _expect_threads(shell: Any, ranks_on_host: list[int]) -> None:
+    """Rank r's OMP_NUM_THREADS, MKL_NUM_THREADS and torch threads are the cores over
+    ranks_on_host[r], the ranks on its host."""
+    with capture_output() as cap:
+        shell.run_cell_magic("dist", "", THREADS)
+    for rank, count in enumerate(ranks_on_host):
+        t = _threads(count)
+        assert f"[rank {rank}] threads {t} {t} {t}" in cap.stdout, cap.stdout
 
 
 def _store_port(shell: Any) -> str:
@@ -128,7 +160,8 @@ PLACES = (
 
 def _expect_places(shell: Any, cluster: Any, hosts: list[str]) -> None:
     """Each rank's host, NODE_RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR
-    are right after the change, in the store too (node_rank)."""
+    are right after the change, in the store too (node_rank); its threads are its host's
+    cores over the ranks there now."""
     from dist_notebook.store import StoreReader
 
     assert [r.host for r in cluster.ranks] == hosts
@@ -144,6 +177,7 @@ def _expect_places(shell: Any, cluster: Any, hosts: list[str]) -> None:
             f"{len(hosts)} {master}"
         )
         assert line in cap.stdout, cap.stdout
+    _expect_threads(shell, [hosts.count(h) for h in hosts])
     stored = [(r["host"], r["node_rank"]) for r in StoreReader().ranks(cluster.id)]
     assert stored == [(h, nodes.index(h)) for h in hosts]
     assert [r.node_rank for r in cluster.ranks] == [nodes.index(h) for h in hosts]
