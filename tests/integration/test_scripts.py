@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,7 @@ def test_script_that_raises(
 
 
 # Rank 1 fails while rank 0 waits for it in an all_reduce of the script's own group
-# (torch's default timeout: 30 minutes). How it fails is the parameter.
+# (torch's default timeout: 30 minutes).
 FAILS_IN_COLLECTIVE = """
 import sys
 import time
@@ -123,38 +124,6 @@ t = torch.ones(1)
 dist.all_reduce(t)
 print("not reached")
 """
-
-
-@pytest.mark.parametrize(
-    ("failure", "exit_1"),
-    [("raise ValueError('bad batch')", 1), ("sys.exit(2)", 2)],
-    ids=["raises", "exits"],
-)
-def test_script_failing_while_its_peer_is_in_a_collective(
-    shell: Any,
-    cluster2: Any,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    failure: str,
-    exit_1: int,
-) -> None:
-    import time
-
-    script = tmp_path / "stuck.py"
-    script.write_text(FAILS_IN_COLLECTIVE.format(failure=failure))
-    t0 = time.monotonic()
-    with pytest.raises(UsageError, match=r"stuck.py failed on rank"):
-        shell.run_line_magic("dist_run", str(script))
-    took = time.monotonic() - t0
-    # Released within seconds, not the 30-minute default (bound generous for a busy host).
-    assert took < 20, f"the cell took {took:.1f} s"
-    out = capsys.readouterr().out
-    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
-    assert rows["0"][0] != "0" and rows["0"][1] == "failed", out
-    assert rows["1"] == [str(exit_1), "failed"], out
-    assert "not reached" not in out
-    group_still_works(shell, capsys)
-
 
 # Rank 1 fails at the top, before its init_process_group(), while rank 0 waits for it in
 # the rendezvous (torch's default timeout: 30 minutes; SIGINT does not free it).
@@ -177,28 +146,49 @@ print("not reached")
 """
 
 
-@pytest.mark.parametrize(
-    ("failure", "exit_1"),
-    [("raise ValueError('no data')", 1), ("sys.exit(2)", 2)],
-    ids=["raises", "exits"],
-)
-def test_script_failing_before_its_rendezvous_releases_the_peer(
-    shell: Any,
-    cluster2: Any,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    failure: str,
-    exit_1: int,
-) -> None:
-    script = tmp_path / "early.py"
-    script.write_text(FAILS_BEFORE_RENDEZVOUS.format(failure=failure))
-    with pytest.raises(UsageError, match=r"early.py failed on rank"):
-        shell.run_line_magic("dist_run", str(script))
-    out = capsys.readouterr().out
+def released_within_seconds(out: str, took: float) -> None:
+    # Released within seconds, not the 30-minute default (bound generous for a busy host).
+    assert took < 20, f"the cell took {took:.1f} s"
+
+
+def left_the_rendezvous_within_5_s(out: str, took: float) -> None:
     # Rank 0's own measure of its wait in the rendezvous: 5 s at most.
     waited = re.search(r"\[rank 0\] left the rendezvous after ([0-9.]+) s", out)
     assert waited is not None, out
     assert float(waited.group(1)) < 5, out
+
+
+# Where rank 0 waits for rank 1: the script, and how fast rank 0 must be released.
+WAITS = {
+    "in-a-collective": ("stuck.py", FAILS_IN_COLLECTIVE, released_within_seconds),
+    "in-the-rendezvous": ("early.py", FAILS_BEFORE_RENDEZVOUS, left_the_rendezvous_within_5_s),
+}
+
+
+@pytest.mark.parametrize("wait", list(WAITS))
+@pytest.mark.parametrize(
+    ("failure", "exit_1"),
+    [("raise ValueError('bad batch')", 1), ("sys.exit(2)", 2)],
+    ids=["raises", "exits"],
+)
+def test_script_failing_on_one_rank_releases_its_waiting_peer(
+    shell: Any,
+    cluster2: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    wait: str,
+    failure: str,
+    exit_1: int,
+) -> None:
+    name, source, released = WAITS[wait]
+    script = tmp_path / name
+    script.write_text(source.format(failure=failure))
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=rf"{re.escape(name)} failed on rank"):
+        shell.run_line_magic("dist_run", str(script))
+    took = time.monotonic() - t0
+    out = capsys.readouterr().out
+    released(out, took)
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isdigit()}
     assert rows["0"][0] != "0" and rows["0"][1] == "failed", out
     assert rows["1"] == [str(exit_1), "failed"], out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from dist_notebook.cluster.launchers import RankSlurmEngineSetLauncher, remote_engines
 from dist_notebook.cluster.placement import place
 from dist_notebook.cluster.spec import ClusterSpec
@@ -49,39 +51,70 @@ def test_mpi_nodes_follow_the_lowest_launcher_rank() -> None:
     ]
 
 
-def test_boot_environment_from_slurm_variables(monkeypatch: Any) -> None:
-    env: dict[str, Any] = {
-        "SLURM_PROCID": "5",
-        "SLURM_LOCALID": "1",
-        "SLURM_NODEID": "1",
-        "SLURM_NTASKS": "8",
-        "SLURM_TASKS_PER_NODE": "4(x2)",
-        "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
-        "CUDA_VISIBLE_DEVICES": "4,5,6,7",
-    }
-    apply_rank_environment(env)
-    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"]) == ("5", "1", "8")
-    assert env["LOCAL_WORLD_SIZE"] == "4"
-    assert env["CUDA_VISIBLE_DEVICES"] == "5"  # one GPU: this local rank's of the job's
-    from dist_notebook.engine import group
+# What each launcher's variables give at boot: the engine's environment, then what
+# apply_rank_environment must have set in it.
+SLURM_ENV = {
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "8",
+    "SLURM_TASKS_PER_NODE": "4(x2)",
+    "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
+    "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+}
+BOOT_ENVIRONMENTS = {
+    # One GPU: this local rank's of the job's.
+    "slurm": (
+        SLURM_ENV,
+        {
+            "RANK": "5",
+            "LOCAL_RANK": "1",
+            "WORLD_SIZE": "8",
+            "LOCAL_WORLD_SIZE": "4",
+            "CUDA_VISIBLE_DEVICES": "5",
+        },
+    ),
+    "open-mpi": (
+        {
+            "OMPI_COMM_WORLD_RANK": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+            "OMPI_COMM_WORLD_SIZE": "3",
+            "DIST_NOTEBOOK_CPU": "1",
+        },
+        {"RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "CUDA_VISIBLE_DEVICES": ""},
+    ),
+    # An mpiexec that scale adds numbers its local ranks (and GPUs) after the host's.
+    "mpiexec-added-by-scale": (
+        {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "DIST_NOTEBOOK_LOCAL_OFFSET": "2",
+            "DIST_NOTEBOOK_LOCAL_SIZE": "3",
+            "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
+        },
+        {"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "3", "CUDA_VISIBLE_DEVICES": "2"},
+    ),
+}
 
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert group.rank_info()["device"] == "cuda:5"
+
+@pytest.mark.parametrize("launcher", list(BOOT_ENVIRONMENTS))
+def test_boot_environment_from_the_launchers_variables(launcher: str) -> None:
+    given, expected = BOOT_ENVIRONMENTS[launcher]
+    env = dict(given)
+    apply_rank_environment(env)
+    assert {name: env.get(name) for name in expected} == expected
     assert int(env["OMP_NUM_THREADS"]) >= 1
 
 
-def test_boot_environment_from_open_mpi_variables() -> None:
-    env = {
-        "OMPI_COMM_WORLD_RANK": "2",
-        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
-        "OMPI_COMM_WORLD_SIZE": "3",
-        "DIST_NOTEBOOK_CPU": "1",
-    }
+def test_a_slurm_rank_reports_its_gpu(monkeypatch: Any) -> None:
+    from dist_notebook.engine import group
+
+    env = dict(SLURM_ENV)
     apply_rank_environment(env)
-    assert (env["RANK"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("2", "0", "1")
-    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert group.rank_info()["device"] == "cuda:5"
 
 
 def test_slurm_job_asks_for_nodes_gpus_partition_time_account() -> None:
@@ -159,19 +192,3 @@ def test_a_job_that_scale_adds_spreads_its_ranks() -> None:
         "#SBATCH --gpus-per-node=4",
     )
     assert slurm_namespace(1, 4)["nodes"] == 1
-
-
-def test_an_mpiexec_that_scale_adds_numbers_local_ranks_after_the_hosts() -> None:
-    env = {
-        "OMPI_COMM_WORLD_RANK": "0",
-        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-        "DIST_NOTEBOOK_LOCAL_OFFSET": "2",
-        "DIST_NOTEBOOK_LOCAL_SIZE": "3",
-        "DIST_NOTEBOOK_GPUS_PER_NODE": "4",
-    }
-    apply_rank_environment(env)
-    assert (env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"], env["CUDA_VISIBLE_DEVICES"]) == (
-        "2",
-        "3",
-        "2",
-    )
