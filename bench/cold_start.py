@@ -9,7 +9,13 @@ stops when the child reports that one ``all_reduce`` over every rank has complet
 Tearing down is not timed. The ways, run interleaved (A B C D E, E D C B A, ...):
 
   dist_notebook   IPython shell: ``%load_ext dist_notebook``, ``%dist_cluster start -n N
-                  --cpu``, then ``%%dist`` with one all_reduce
+                  --cpu``, then ``%%dist`` with one all_reduce (engines forked from the
+                  fork server that ``%load_ext`` starts)
+  dist_notebook_spawn  the same with the fork server switched off
+                  (DIST_NOTEBOOK_FORKSERVER=0): each engine a fresh process
+  dist_notebook_next_cell  ``%load_ext`` in one cell, ``%dist_cluster start`` in the next
+                  once the fork server has its imports done (a user typing): timed from
+                  ``%dist_cluster start``, not from the spawn
   dist_notebook_warm  the same start with a spare kept warm (DIST_NOTEBOOK_WARM=1, after a
                   first start and stop of the spec), timed from ``%dist_cluster start`` once
                   the spare is ready, not from the spawn
@@ -43,6 +49,8 @@ import common  # noqa: E402
 
 METHODS = [
     "dist_notebook",
+    "dist_notebook_spawn",
+    "dist_notebook_next_cell",
     "dist_notebook_warm",
     "torchrun",
     "accelerate",
@@ -65,6 +73,26 @@ def child_dist_notebook(n: int) -> None:
     common.quietly(ip.run_line_magic, "dist_cluster", f"start -n {n} --cpu")
     common.quietly(ip.run_cell_magic, "dist", "", ALL_REDUCE)
     done()
+    common.quietly(ip.run_line_magic, "dist_cluster", "stop")
+
+
+def child_dist_notebook_spawn(n: int) -> None:
+    os.environ["DIST_NOTEBOOK_FORKSERVER"] = "0"
+    child_dist_notebook(n)
+
+
+def child_dist_notebook_next_cell(n: int) -> None:
+    from dist_notebook.cluster import forkserver
+
+    ip = common.shell()
+    ip.run_line_magic("load_ext", "dist_notebook")
+    server = forkserver.current()
+    if server is None or not server.wait_ready(120):
+        raise RuntimeError("the fork server did not start")
+    since = time.time()
+    common.quietly(ip.run_line_magic, "dist_cluster", f"start -n {n} --cpu")
+    common.quietly(ip.run_cell_magic, "dist", "", ALL_REDUCE)
+    done({"since": since})
     common.quietly(ip.run_line_magic, "dist_cluster", "stop")
 
 

@@ -4,14 +4,42 @@
 %dist_cluster start -n 2 --cpu
 """
 
-from .cluster import ClusterSpec, DistCluster
-from .engine import report
-from .training import load_run
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import ClusterSpec, DistCluster
+    from .engine import report
+    from .training import load_run
 
 __all__ = ["ClusterSpec", "DistCluster", "load_ipython_extension", "load_run", "report"]
 
+# Imported on first use: ``%load_ext`` starts the fork server before the magics' imports
+# (ipyparallel's client, widgets), and an engine importing ``dist_notebook.engine`` does
+# not load the kernel's side.
+_LAZY = {
+    "ClusterSpec": "cluster",
+    "DistCluster": "cluster",
+    "report": "engine",
+    "load_run": "training",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    from .cluster import forkserver
+
+    # Engines' imports (torch, ipyparallel) start now, while the magics load and the
+    # user writes the next cell; local engines are then forked with them done.
+    forkserver.prestart()
     from .magics import register
 
     register(ipython)

@@ -117,6 +117,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     if _descendants is None:
         return
+    # The kernel's fork server lives as long as the kernel (here: the session), as
+    # at a kernel's exit it ends now; a process it leaves behind is still counted.
+    from dist_notebook.cluster import forkserver
+
+    forkserver.close()
     left = _descendants.survivors(grace=5.0)
     if not left:
         return

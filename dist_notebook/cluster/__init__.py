@@ -1,7 +1,12 @@
 """Kernel side: start, stop and restart engines; run code on ranks."""
 
-from .cluster import ClusterError, ClusterState, DistCluster, RankInfo
-from .spec import ClusterConfigError, ClusterSpec
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import ClusterError, ClusterState, DistCluster, RankInfo
+    from .spec import ClusterConfigError, ClusterSpec
 
 __all__ = [
     "ClusterConfigError",
@@ -11,3 +16,22 @@ __all__ = [
     "DistCluster",
     "RankInfo",
 ]
+
+# Imported on first use, so that ``cluster.forkserver`` starts without ipyparallel's
+# client (see ``dist_notebook.load_ipython_extension``).
+_LAZY = {
+    "ClusterError": "cluster",
+    "ClusterState": "cluster",
+    "DistCluster": "cluster",
+    "RankInfo": "cluster",
+    "ClusterConfigError": "spec",
+    "ClusterSpec": "spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

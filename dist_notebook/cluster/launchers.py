@@ -1,8 +1,9 @@
 """ipyparallel launchers that start our entry points and give each engine its rank.
 
-The local launcher is ipyparallel's, with two changes: the command is our boot module
-(rank environment, parent watch, early torch import, then ipyparallel's engine) and each
-engine's environment carries its rank, so the rank is known before torch is imported.
+The local launcher is ipyparallel's, with three changes: the command is our boot module
+(rank environment, parent watch, early torch import, then ipyparallel's engine), each
+engine's environment carries its rank, so the rank is known before torch is imported,
+and engines are forked from the kernel's fork server when it runs (``forkserver``).
 MPI, SSH and Slurm engines use ipyparallel's launchers with our command (see
 ``remote_launchers`` for how a ClusterSpec becomes their configuration); each engine
 learns its place on its host from the launcher, and the kernel numbers the ranks
@@ -11,12 +12,14 @@ across hosts (``cluster.placement``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import time
 from typing import Any
 
+import psutil
 from ipyparallel import Cluster
 from ipyparallel.cluster.launcher import (
     LocalControllerLauncher,
@@ -31,6 +34,7 @@ from ipyparallel.cluster.launcher import (
 from traitlets import Bool, Dict, List, Unicode, default
 
 from ..engine.parent import ENV_VAR as PARENT_ENV
+from . import forkserver
 
 ENGINE_CMD = [sys.executable, "-m", "dist_notebook.engine.boot"]
 CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.cluster.controller_boot"]
@@ -41,10 +45,13 @@ class RankEngineLauncher(LocalEngineLauncher):
     """One local engine whose environment names its rank.
 
     Engine ``i`` of a set gets rank ``DIST_NOTEBOOK_RANK_OFFSET + i`` (the offset lets a
-    single replacement engine take the rank of the one it replaces).
+    single replacement engine take the rank of the one it replaces). The engine is
+    forked from the kernel's fork server (``cluster.forkserver``) when one runs, with
+    torch and ipyparallel already imported; otherwise it is spawned as ipyparallel does.
     """
 
     engine_cmd = List(list(ENGINE_CMD), config=True)
+    _server: Any = None
 
     def get_env(self) -> dict:
         env = super().get_env()
@@ -53,13 +60,65 @@ class RankEngineLauncher(LocalEngineLauncher):
         env["DIST_NOTEBOOK_LOCAL_RANK"] = str(rank)
         return env
 
+    def start(self) -> None:
+        server = forkserver.current()
+        args = list(self.args)
+        if server is None or args[: len(ENGINE_CMD)] != ENGINE_CMD or self.state != "before":
+            return super().start()
+        env = dict(os.environ)
+        env.update(self.get_env())
+        # The engine's parent is the fork server, which lives as long as the kernel.
+        env[PARENT_ENV] = str(server.pid)
+        try:
+            pid = server.spawn(args[len(ENGINE_CMD) :], env, self.work_dir, self.output_file)
+        except forkserver.ForkServerError as e:
+            self.log.warning("%s; starting engine %s as a new process", e, self.identifier)
+            return super().start()
+        self._server = server
+        self.pid = pid
+        self.process = psutil.Process(pid)
+        self.notify_start(pid)
+        self._start_waiting()
+
+    def _wait(self) -> None:
+        if self._server is None:
+            return super()._wait()  # type: ignore[no-any-return]
+        # The fork server is the engine's parent: it reports the exit code at once.
+        code = self._server.wait_exit(self.pid, self._stop_waiting)
+        while code is None and not self._stop_waiting.is_set() and self.state == "running":
+            # The server is gone (its engines follow it within a parent-watch period).
+            try:
+                self.process.wait(timeout=1.0)
+                break
+            except psutil.TimeoutExpired:
+                continue
+        stop_data = {"exit_code": code, "pid": self.pid, "identifier": self.identifier}
+        self.loop.add_callback(lambda: self.notify_stop(stop_data))
+
 
 class RankEngineSetLauncher(LocalEngineSetLauncher):
-    """A set of local engines started at once (no delay: ranks come from the env)."""
+    """A set of local engines started at once (no delay: ranks come from the env).
+
+    When the kernel's fork server is still importing, the set waits for it (off the
+    event loop): a forked engine is ready sooner than one spawned now would be.
+    """
 
     launcher_class = RankEngineLauncher
     engine_cmd = List(list(ENGINE_CMD), config=True)
     delay = 0.0
+
+    def start(self, n: int) -> Any:
+        server = forkserver.current()
+        if server is None:
+            return super().start(n)
+        start = super().start
+
+        async def when_ready() -> Any:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, server.wait_ready)
+            return start(n)
+
+        return when_ready()
 
 
 class OurControllerLauncher(LocalControllerLauncher):

@@ -87,6 +87,16 @@ def _no_debugger() -> None:
             del sys.modules["debugpy"]
 
 
+def _threads_from_environment() -> None:
+    """An engine forked with torch loaded (``engine.forkserver``): OpenMP read
+    OMP_NUM_THREADS when torch was loaded in the fork server, not this rank's value."""
+    import torch
+
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
 def _after_kernel_died() -> None:
     """End our nanny if we have one (it would wait 3 s to tell a dead controller) and
     remove the cluster's stack folder, which the kernel would have removed at stop."""
@@ -106,6 +116,8 @@ def main() -> None:
     from .stacks import register
 
     apply_rank_environment(os.environ)
+    if "torch" in sys.modules:
+        _threads_from_environment()
     watch_parent(before_exit=_after_kernel_died)
     register()
     threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()

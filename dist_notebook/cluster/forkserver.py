@@ -1,0 +1,192 @@
+"""The kernel's side of the fork server (``engine.forkserver``): start it, ask it for
+engines, learn how they ended.
+
+``prestart()`` runs at ``%load_ext dist_notebook``: the server imports torch and
+ipyparallel's engine while the user writes the next cell, and a local cluster's engines
+are then forked from it (``cluster.launchers``) instead of each importing them again.
+One server per kernel, owned by it: closed at interpreter exit, and it ends by itself
+when the kernel dies (EOF on its stdin, and its parent watch). Set
+``DIST_NOTEBOOK_FORKSERVER=0`` in the kernel's environment to spawn every engine as a
+fresh process instead (what remote launchers always do).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from ..engine.parent import ENV_VAR as PARENT_ENV
+
+log = logging.getLogger("dist_notebook")
+ENV_SWITCH = "DIST_NOTEBOOK_FORKSERVER"
+SERVER_CMD = [sys.executable, "-u", "-m", "dist_notebook.engine.forkserver"]
+READY_TIMEOUT = 120.0  # its imports: ~2.3 s on a quiet 2-core machine
+REPLY_TIMEOUT = 10.0
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start an engine (the caller spawns one instead)."""
+
+
+class ForkServer:
+    """A running fork server and the reader of its replies and exit notices."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ)
+        env[PARENT_ENV] = str(os.getpid())
+        self.proc = subprocess.Popen(
+            SERVER_CMD,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # a Ctrl-C to the kernel's process group is not ours
+        )
+        self.pid = self.proc.pid
+        self._cond = threading.Condition()
+        self._ready = False
+        self._error = ""
+        self._closed = False
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._exits: dict[int, int] = {}
+        self._next_id = 0
+        self._write_lock = threading.Lock()
+        self._reader = threading.Thread(
+            target=self._read, name="dist-notebook-forkserver", daemon=True
+        )
+        self._reader.start()
+
+    # --- reading -------------------------------------------------------------
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue  # not ours: the protocol is JSON lines only
+            with self._cond:
+                if "ready" in message:
+                    self._ready = True
+                elif "exit" in message:
+                    self._exits[int(message["exit"])] = int(message["code"])
+                elif "id" in message:
+                    self._replies[int(message["id"])] = message
+                elif "error" in message:
+                    self._error = str(message["error"])
+                self._cond.notify_all()
+        with self._cond:
+            self._closed = True
+            self._error = self._error or f"the fork server exited ({self.proc.wait()})"
+            self._cond.notify_all()
+
+    @property
+    def alive(self) -> bool:
+        with self._cond:
+            return not self._closed
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
+        """Wait until the server has its imports done; False if it failed or died."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready or self._closed, timeout)
+            return self._ready and not self._closed
+
+    # --- requests ------------------------------------------------------------
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, output: str) -> int:
+        """Fork an engine (``engine.boot`` with *argv*) and return its pid."""
+        if not self.wait_ready():
+            raise ForkServerError(self._error or "the fork server is not ready")
+        with self._cond:
+            self._next_id += 1
+            request_id = self._next_id
+        line = json.dumps(
+            {"id": request_id, "argv": argv, "env": env, "cwd": cwd, "output": output}
+        )
+        assert self.proc.stdin is not None
+        try:
+            with self._write_lock:
+                self.proc.stdin.write(line.encode() + b"\n")
+                self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as e:
+            raise ForkServerError(f"the fork server is gone: {e}") from e
+        with self._cond:
+            self._cond.wait_for(lambda: request_id in self._replies or self._closed, REPLY_TIMEOUT)
+            reply = self._replies.pop(request_id, None)
+        if reply is None or "pid" not in reply:
+            why = (reply or {}).get("error") or self._error or "no reply"
+            raise ForkServerError(f"the fork server did not start the engine: {why}")
+        return int(reply["pid"])
+
+    def wait_exit(self, pid: int, stop: threading.Event, poll: float = 1.0) -> int | None:
+        """Block until engine *pid* ends and return its exit code (negative: signal).
+        None if *stop* is set first or the server is gone (its engines end with it;
+        the caller then waits for the process itself)."""
+        with self._cond:
+            while pid not in self._exits:
+                if stop.is_set() or self._closed:
+                    return None
+                self._cond.wait(poll)
+            return self._exits.pop(pid)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the server (EOF on its stdin); its engines end with it."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                log.debug("the fork server had already exited")
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout)
+        self._reader.join(timeout)
+
+
+_lock = threading.Lock()
+_server: ForkServer | None = None
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def prestart() -> ForkServer | None:
+    """Start this kernel's fork server if it is not running (and not switched off)."""
+    global _server
+    if not enabled():
+        return None
+    with _lock:
+        if _server is None or not _server.alive:
+            try:
+                _server = ForkServer()
+            except OSError as e:
+                log.warning("dist-notebook: no fork server (%s); engines start as processes", e)
+                _server = None
+        return _server
+
+
+def current() -> ForkServer | None:
+    """The running fork server, if any (started by ``prestart``)."""
+    with _lock:
+        return _server if _server is not None and _server.alive else None
+
+
+def close() -> None:
+    """End the fork server (at interpreter exit, ``%unload_ext``, or a test's end)."""
+    global _server
+    with _lock:
+        server, _server = _server, None
+    if server is not None:
+        started = time.monotonic()
+        server.close()
+        log.debug("fork server closed in %.2f s", time.monotonic() - started)
+
+
+atexit.register(close)

@@ -1,0 +1,129 @@
+"""Local engines forked from the kernel's fork server (cluster/forkserver.py).
+
+A forked engine must be indistinguishable from a spawned one where it matters: its own
+environment, thread count, random state, working directory and session; its exit code
+reaches the cluster; it ends with the kernel; and with the server gone or switched off,
+engines are spawned as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from dist_notebook import ClusterSpec, DistCluster
+from dist_notebook.cluster import forkserver
+from dist_notebook.cluster.execute import run_on_ranks
+
+from .procs import kill_all, wait_gone
+
+ALL_REDUCE = "import json\nt = torch.ones(1)\ndist.all_reduce(t)\njson.dumps(t.item())"
+
+
+def values(cluster: DistCluster, code: str) -> list[Any]:
+    outputs = run_on_ranks(cluster, code)
+    texts = [o.result["data"]["text/plain"] for o in outputs if o.result]
+    return [json.loads(ast.literal_eval(t)) for t in texts]
+
+
+def dead_within(cluster: DistCluster, ranks: set[int], timeout: float) -> dict[int, str]:
+    """The cluster's dead ranks once its launchers have recorded the exits of *ranks*."""
+    deadline = time.monotonic() + timeout
+    dead = cluster.dead_ranks()
+    while not ranks <= set(dead) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        dead = cluster.dead_ranks()
+    return dead
+
+
+@pytest.fixture(scope="module")
+def server(shell: Any) -> forkserver.ForkServer:
+    """The session's server, started by ``%load_ext`` (the ``shell`` fixture)."""
+    running = forkserver.current()
+    assert running is not None, "%load_ext dist_notebook did not start the fork server"
+    assert running.wait_ready(), f"the fork server failed: {running._error}"
+    return running
+
+
+@pytest.fixture
+def forked(server: forkserver.ForkServer) -> Iterator[DistCluster]:
+    cluster = DistCluster(ClusterSpec(n=2, threads=1))
+    cluster.start_sync()
+    yield cluster
+    pids = [r.pid for r in cluster.ranks]
+    cluster.stop_sync()
+    kill_all(wait_gone(pids, 10))
+
+
+def test_engines_are_forked_with_their_own_state(
+    server: forkserver.ForkServer, forked: DistCluster
+) -> None:
+    probe = (
+        "import json, os, sys, numpy, torch\n"
+        "json.dumps({'ppid': os.getppid(), 'sid': os.getsid(0) == os.getpid(),"
+        " 'threads': torch.get_num_threads(), 'rank_env': os.environ['RANK'],"
+        " 'cuda': os.environ.get('CUDA_VISIBLE_DEVICES'), 'cwd': os.getcwd(),"
+        " 'path': sys.path, 'np': int(numpy.random.randint(1 << 30)),"
+        " 'comm': open('/proc/self/comm').read().strip()})"
+    )
+    got = values(forked, probe)
+    assert [g["rank_env"] for g in got] == ["0", "1"]
+    for g in got:
+        assert g["ppid"] == server.pid  # forked, not spawned
+        assert g["sid"]  # its own session, as a spawned engine
+        assert g["threads"] == 1  # the spec's, not what the server loaded torch with
+        assert g["cuda"] == ""  # CPU ranks hide GPUs: the launcher's environment
+        assert g["cwd"] == os.getcwd() and g["cwd"] in g["path"]  # as ``python -m`` here
+        assert g["comm"] == "dist-engine"
+    assert got[0]["np"] != got[1]["np"], "numpy's random state is shared across ranks"
+    assert values(forked, ALL_REDUCE) == [2.0, 2.0]
+
+
+def test_a_killed_engine_reports_its_signal(forked: DistCluster) -> None:
+    pid = forked.ranks[1].pid
+    os.kill(pid, signal.SIGKILL)
+    assert wait_gone([pid], 10) == []
+    # The exit code comes from the fork server, the engine's parent.
+    assert dead_within(forked, {1}, 10).get(1) == "signal SIGKILL"
+
+
+def spawned_engine(cluster: DistCluster) -> bool:
+    """Every rank runs ``engine.boot`` as its own command (not forked)."""
+    return all(
+        "dist_notebook.engine.boot" in psutil.Process(r.pid).cmdline() for r in cluster.ranks
+    )
+
+
+def test_switched_off_engines_are_spawned(
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(forkserver.ENV_SWITCH, "0")
+    assert forkserver.prestart() is None and not forkserver.enabled()
+    monkeypatch.setattr(forkserver, "_server", None)
+    with DistCluster(ClusterSpec(n=2)) as cluster:
+        assert spawned_engine(cluster)
+        assert values(cluster, ALL_REDUCE) == [2.0, 2.0]
+
+
+def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
+    server: forkserver.ForkServer, forked: DistCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = [r.pid for r in forked.ranks]
+    server.proc.kill()
+    # Its engines see their parent gone within the parent watch's period.
+    assert wait_gone(pids, 5) == []
+    assert forkserver.current() is None
+    assert set(dead_within(forked, {0, 1}, 10)) == {0, 1}
+    forked.restart_sync()
+    assert spawned_engine(forked)
+    assert values(forked, ALL_REDUCE) == [2.0, 2.0]
+    monkeypatch.setattr(forkserver, "_server", None)
+    assert forkserver.prestart() is not None  # the session's later tests fork again
