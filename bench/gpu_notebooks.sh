@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The teaching notebooks on a machine with torch preinstalled and no network: each runs once,
+# the learner's path, on a fresh kernel with its own cluster (one rank per GPU), and is timed
+# (bench/notebooks_gpu.py). Carry the wheels of ipyparallel & co. and of nbclient & co. in
+# .whl/ (see bench/README.md). Arguments go to notebooks_gpu.py (e.g. --only 01,05, --cpu).
+# With $OUT set, the log, the result JSON and the executed notebooks (a .tgz) land there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+keep=$(mktemp -d)
+since=$(mktemp)
+status=0
+# Each notebook gets NB_TIMEOUT s, all of them NB_TOTAL s; the outer bound is a safety net.
+timeout "$((${NB_TOTAL:-330} + 60))" python3 bench/notebooks_gpu.py \
+  --timeout "${NB_TIMEOUT:-90}" --total "${NB_TOTAL:-330}" --keep "$keep" "$@" || status=$?
+if [ -n "${OUT:-}" ]; then
+  find bench/results -name 'notebooks_*.json' -newer "$since" -exec cp {} "$OUT"/ \;
+  tar czf "$OUT/notebooks_executed.tgz" -C "$keep" . || true
+fi
+rm -rf "$keep" "$since"
+exit "$status"
