@@ -44,6 +44,19 @@ import traceback
 from typing import Any
 
 PARENT_POLL = 0.25  # seconds between checks that the kernel is still our parent
+# Read by the interpreter at start-up only; PYTHONPATH is redone in the child.
+STARTUP_VARS = (
+    "PYTHONHASHSEED",
+    "PYTHONOPTIMIZE",
+    "PYTHONWARNINGS",
+    "PYTHONSAFEPATH",
+    "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE",
+    "PYTHONHOME",
+    "PYTHONDEVMODE",
+    "PYTHONUTF8",
+    "PYTHONIOENCODING",
+)
 IDLE_BEFORE_WARM = 1.0  # seconds without a request before the extra imports (``_warm``)
 
 
@@ -85,6 +98,25 @@ def _name_process(name: bytes) -> None:
         print(f"dist-notebook: process name not set: {e}", file=sys.stderr)
 
 
+def _entries(value: str) -> list[str]:
+    return [p for p in value.split(os.pathsep) if p]
+
+
+def _search_path(cwd: str, pythonpath: str) -> list[str]:
+    """sys.path as ``python -m`` started in *cwd* with *pythonpath* would have it: the
+    kernel may have changed PYTHONPATH since it started us (a test harness does)."""
+    ours = {os.path.abspath(p) for p in _entries(os.environ.get("PYTHONPATH", ""))}
+    rest = [p for p in sys.path[1:] if os.path.abspath(p) not in ours]
+    return [cwd, *(os.path.abspath(p) for p in _entries(pythonpath)), *rest]
+
+
+def _startup_mismatch(env: dict[str, str]) -> str:
+    """Interpreter settings read only at start-up that differ in *env*: such an engine
+    must be a fresh process (the kernel spawns it instead)."""
+    changed = [name for name in STARTUP_VARS if env.get(name) != os.environ.get(name)]
+    return ", ".join(changed)
+
+
 def _child(request: dict[str, Any], keep: tuple[int, ...]) -> int:
     """In the forked child: become the engine the request describes; return its exit code."""
     signal.set_wakeup_fd(-1)
@@ -101,11 +133,11 @@ def _child(request: dict[str, Any], keep: tuple[int, ...]) -> int:
     os.close(log)
     cwd = os.path.abspath(request["cwd"])
     os.chdir(cwd)
+    sys.path[:] = _search_path(cwd, request["env"].get("PYTHONPATH", ""))
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = ["ipengine", *request["argv"]]
     _name_process(b"dist-engine")  # what ps -o comm and top show, not "python"
-    sys.path[0] = cwd  # as ``python -m`` started in cwd would have it
     if "numpy.random" in sys.modules:
         # numpy seeded its global generator here, once; Python's random reseeds by itself.
         sys.modules["numpy.random"].seed()
@@ -181,6 +213,11 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
+            changed = _startup_mismatch(request["env"])
+            if changed:
+                reason = f"{changed} changed since the fork server started"
+                _send(out, {"id": request.get("id"), "error": reason})
+                continue
             try:
                 pid = _fork(request, (inp, out, wake_r, wake_w))
             except OSError as e:

@@ -113,8 +113,33 @@ def test_switched_off_engines_are_spawned(
         assert values(cluster, ALL_REDUCE) == [2.0, 2.0]
 
 
+def test_pythonpath_set_after_load_ext_reaches_forked_engines(
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    (tmp_path / "late_module.py").write_text("VALUE = 7\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with DistCluster(ClusterSpec(n=2)) as cluster:
+        got = values(
+            cluster, "import json, os, late_module\njson.dumps([os.getppid(), late_module.VALUE])"
+        )
+        assert got == [[server.pid, 7], [server.pid, 7]]
+
+
+def test_a_start_up_setting_changed_after_load_ext_spawns_engines(
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONHASHSEED", "123")  # read only when an interpreter starts
+    with DistCluster(ClusterSpec(n=2)) as cluster:
+        assert spawned_engine(cluster)
+        assert values(cluster, "import json, os\njson.dumps(os.environ['PYTHONHASHSEED'])") == [
+            "123",
+            "123",
+        ]
+        assert values(cluster, ALL_REDUCE) == [2.0, 2.0]
+
+
 def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
-    server: forkserver.ForkServer, forked: DistCluster, monkeypatch: pytest.MonkeyPatch
+    server: forkserver.ForkServer, forked: DistCluster
 ) -> None:
     pids = [r.pid for r in forked.ranks]
     server.proc.kill()
@@ -125,5 +150,5 @@ def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
     forked.restart_sync()
     assert spawned_engine(forked)
     assert values(forked, ALL_REDUCE) == [2.0, 2.0]
-    monkeypatch.setattr(forkserver, "_server", None)
-    assert forkserver.prestart() is not None  # the session's later tests fork again
+    replacement = forkserver.prestart()  # a dead server is replaced by the next prestart
+    assert replacement is not None and replacement.pid != server.pid
