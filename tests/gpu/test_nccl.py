@@ -64,3 +64,19 @@ def test_two_gpu_ranks_with_nccl() -> None:
         check_cluster(cluster, 2)
         cluster.restart_sync()
         check_cluster(cluster, 2)
+
+
+@pytest.mark.requires_gpus(1)
+def test_a_gpu_rank_forked_from_the_fork_server() -> None:
+    """The fork server imports torch without touching CUDA; its forked engine then
+    initialises CUDA on its own device (``%load_ext`` starts the server in a notebook)."""
+    from dist_notebook.cluster import forkserver
+
+    server = forkserver.prestart()
+    assert server is not None and server.wait_ready(), "the fork server did not start"
+    try:
+        for cluster in gpu_cluster(1):
+            assert pull(cluster, "__import__('os').getppid()", [0]) == {0: server.pid}
+            check_cluster(cluster, 1)
+    finally:
+        forkserver.close()
