@@ -316,6 +316,23 @@ def report(results: dict[str, list[dict[str, float]]], args: Any, hung: dict[str
             ("DDP samples/s (2 hosts x 1 CPU rank)", "samples_per_s", 0),
         )
     ]
+    # Each rep ran both sides back to back: the ratio within a rep cancels the drift of
+    # the machine's load between reps, which the ratio of medians does not.
+    pairs = [
+        a["samples_per_s"] / b["samples_per_s"]
+        for a, b in zip(results["dist-notebook"], results["torchrun"], strict=False)
+    ]
+    if pairs:
+        rows.append(
+            [
+                "DDP samples/s, ratio within each rep",
+                "",
+                "",
+                "",
+                f"{fmt(min(pairs), 3)}-{fmt(max(pairs), 3)}",
+                fmt(statistics.median(pairs), 3) + "x (median)",
+            ]
+        )
     table = md_table(
         [
             f"{args.reps} reps, interleaved",
@@ -336,6 +353,7 @@ def report(results: dict[str, list[dict[str, float]]], args: Any, hung: dict[str
             "raw": results,
             "hung": hung,
             "median": med,
+            "paired_ratios": pairs,
             "table": table,
         },
     )

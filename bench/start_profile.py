@@ -41,13 +41,26 @@ def child(n: int, spawned: float) -> None:
     mark("IPython shell ready")
     ip.run_line_magic("load_ext", "dist_notebook")
     mark("%load_ext dist_notebook done")
+    import threading
+
+    from dist_notebook.cluster import forkserver
+
+    server = forkserver.current()
+
+    def server_ready() -> None:
+        if server is not None and server.wait_ready():
+            mark("fork server ready")
+
+    # The server's imports run beside the start: when they end is part of the timeline.
+    threading.Thread(target=server_ready, daemon=True).start()
     from dist_notebook.cluster.cluster import DistCluster
     from dist_notebook.cluster.spec import ClusterSpec
 
     cluster = DistCluster(ClusterSpec(n=n), progress=mark)
     cluster.start_sync()
     mark("start returned (group created)")
-    cluster.client[cluster.engine_ids()].execute(
+    client: Any = cluster.client
+    client[cluster.engine_ids()].execute(
         "import torch, torch.distributed as dist\nworld_size = dist.get_world_size()\n"
         + ALL_REDUCE,
         block=True,
@@ -69,12 +82,15 @@ def child(n: int, spawned: float) -> None:
             name = f"engine rank {engines[proc.pid]}"
         elif parent in engines:
             name = f"engine rank {engines[parent]} (child)"
+        elif server is not None and proc.pid == server.pid:
+            name = "fork server"
         elif "controller" in args:
             name = "controller (+ schedulers)"
         else:
             name = "other"
         cpu[name] = round(cpu.get(name, 0.0) + times.user + times.system, 2)
     cluster.stop_sync()
+    events.sort()
     print("BENCH_RESULT " + json.dumps({"events": events, "cpu_s": cpu}), flush=True)
 
 

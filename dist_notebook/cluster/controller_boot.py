@@ -37,11 +37,59 @@ def _watch_controller_in_child(controller: int) -> None:
     watch_pid(controller)
 
 
+STARTUP_PINGS_S = 10.0  # seconds after the heart monitor starts with pings between beats
+STARTUP_PING_MS = 50
+
+
+def _register_hearts_sooner() -> None:
+    """Register a new engine at its first heartbeat, not one period later.
+
+    ipyparallel's heart monitor (a forked process of this one) learns of a new engine's
+    heart when it answers a ping, and tells the hub only at the next beat: with our
+    500 ms period an engine waited 0.5-1 s after it had registered before the client
+    saw it (0.9 s of a 2.1 s start, measured). Here the hub is told at the answer, and
+    for the first seconds of the monitor (the engines of a start arrive then) pings also
+    go out every 50 ms between beats, repeating the beat's value, so a new heart needs
+    no full period to be asked. Beats and missed-beat counting are unchanged.
+    """
+    import time
+
+    from ipyparallel.controller.heartmonitor import HeartMonitor
+    from tornado import ioloop
+
+    original_pong = HeartMonitor.handle_pong
+    original_start = HeartMonitor.start
+
+    def handle_pong(self: HeartMonitor, msg: list) -> None:
+        original_pong(self, msg)
+        heart = msg[0]
+        if heart in self.responses and heart not in self.hearts:
+            self.handle_new_hearts({heart})
+
+    def start(self: HeartMonitor) -> None:
+        original_start(self)
+        began = time.monotonic()
+
+        def ping() -> None:
+            if time.monotonic() - began > STARTUP_PINGS_S:
+                pinger.stop()
+                return
+            self.ping_stream.send(str(self.lifetime).encode("ascii"))
+            self.ping_stream.flush()
+
+        pinger = ioloop.PeriodicCallback(ping, STARTUP_PING_MS)
+        pinger.start()
+
+    HeartMonitor.handle_pong = handle_pong  # type: ignore[method-assign]
+    HeartMonitor.start = start  # type: ignore[method-assign]
+
+
 def main() -> None:
     import dist_notebook.cluster.reap  # noqa: F401 - loaded now, used at the kernel's death
     from dist_notebook.engine.parent import watch_parent
 
     watch_parent(before_exit=_remove_cluster_files)
+    _register_hearts_sooner()
     controller = os.getpid()
     os.register_at_fork(after_in_child=lambda: _watch_controller_in_child(controller))
     from ipyparallel.controller.app import main as controller_main

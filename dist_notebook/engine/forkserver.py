@@ -6,9 +6,9 @@ imports them once, as soon as ``%load_ext dist_notebook`` runs, and then forks e
 engine from itself: a forked engine starts with every module loaded and registers in
 tens of milliseconds.
 
-Once no request has come for a second, it also imports what the first training cell
-would wait for (torch._dynamo, which DDP's constructor imports: 1-2 s more), so engines
-forked after that have it too.
+Once no request has come for a second (30 s once it has forked engines, which are then
+starting), it also imports what the first training cell would wait for (torch._dynamo,
+which DDP's constructor imports: 1-2 s more), so engines forked after that have it too.
 
 Protocol (JSON lines). The kernel writes requests on our stdin::
 
@@ -58,6 +58,7 @@ STARTUP_VARS = (
     "PYTHONIOENCODING",
 )
 IDLE_BEFORE_WARM = 1.0  # seconds without a request before the extra imports (``_warm``)
+IDLE_AFTER_FORKS = 30.0  # the same once engines have been forked
 
 
 def _preload() -> None:
@@ -188,7 +189,7 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake select
     buffer = b""
-    warmed = False
+    warmed = forked = False
     last_request = time.monotonic()
     while parent is None or os.getppid() == parent:
         ready, _, _ = select.select([inp, wake_r], [], [], PARENT_POLL)
@@ -196,9 +197,12 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
             os.read(wake_r, 4096)
         _reap(out)
         if inp not in ready:
-            if not warmed and time.monotonic() - last_request > IDLE_BEFORE_WARM:
-                # Not before: a start that waited for us sends its requests at once, and
-                # its engines then import this themselves, off its critical path.
+            # Before any fork, after a second of quiet (the user is writing the next
+            # cell): a start that waited for us sends its requests at once. After forks,
+            # only after a long quiet: the engines just forked are still starting, and
+            # the import would take the cores from them (and block our next requests).
+            idle = time.monotonic() - last_request
+            if not warmed and idle > (IDLE_BEFORE_WARM if not forked else IDLE_AFTER_FORKS):
                 warmed = True
                 try:
                     _warm()
@@ -206,6 +210,7 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
                     print(f"dist-notebook fork server: warm imports failed: {e}", file=sys.stderr)
             continue
         last_request = time.monotonic()
+        forked = True
         chunk = os.read(inp, 65536)
         if not chunk:
             return
