@@ -36,7 +36,7 @@ PARTS: list[tuple[str, str, list[str], int, int]] = [
     # The parts with targets first (issue 14's cold start, dispatch, report() overhead,
     # first calls), then the comparisons with peers, then the slow or memory-hungry ones.
     ("memory", "memory.py", [], 20, 90),
-    ("cold_start", "cold_start.py", ["--reps", "3"], 330, 480),
+    ("cold_start", "cold_start.py", ["--reps", "3"], 450, 600),
     ("dispatch", "dispatch.py", ["--iterations", "100", "--warmup", "10"], 20, 90),
     (
         "train_overhead",
@@ -72,6 +72,8 @@ GPU_LOG = common.RESULTS / "gpu_h200.log"
 
 LABELS = {
     "dist_notebook": "dist-notebook",
+    "dist_notebook_spawn": "dist-notebook, fork server off (each engine a new process)",
+    "dist_notebook_next_cell": "dist-notebook, `start` a cell after `%load_ext` (from `start`)",
     "dist_notebook_warm": "dist-notebook, warm (a spare kept by the kernel; from `start`)",
     "torchrun": "torchrun",
     "accelerate": "accelerate `notebook_launcher`",
@@ -503,8 +505,12 @@ def section_gpu() -> str:
 NOTES = {
     "cold_start": """
 From spawning a fresh process (imports count for everyone) to the moment one all_reduce
-over all ranks has completed. dist-notebook: `%dist_cluster start -n N --cpu` then
-`%%dist`. torchrun: `--standalone` on a script. accelerate: `notebook_launcher(fn,
+over all ranks has completed. dist-notebook: `%load_ext dist_notebook`, `%dist_cluster
+start -n N --cpu` then `%%dist`; the engines are forked from the fork server that
+`%load_ext` starts (torch and ipyparallel imported once, not once per rank); "fork server
+off" spawns each engine (`DIST_NOTEBOOK_FORKSERVER=0`); "a cell after" times from
+`start` once the server has its imports done, as when `%load_ext` ran in an earlier cell.
+torchrun: `--standalone` on a script. accelerate: `notebook_launcher(fn,
 num_processes=N, use_port=<free>)` from an IPython shell (on CPU it forks the kernel
 through torch's elastic_launch; fn creates the gloo group). nbdistributed: `%dist_init -n
 N` then `%%distributed`; `%dist_init` returns after a fixed 2 s sleep, before its workers
