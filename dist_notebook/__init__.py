@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .cluster import ClusterSpec, DistCluster
@@ -24,14 +26,7 @@ _LAZY = {
     "report": "engine",
     "load_run": "training",
 }
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
