@@ -5,16 +5,7 @@
 # Wheels for ipyparallel & co. may be carried in .whl/ (see bench/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+. bench/gpu_env.sh
 # The GPU-marked tests (skipped on machines without GPUs), and the sampler's CPU-side ones.
 timeout "${GPU_TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu \
   -k "not cpu_ranks" tests/gpu tests/unit/test_gpu.py 2>&1 | tail -15 || true

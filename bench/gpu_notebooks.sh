@@ -6,16 +6,7 @@
 # With $OUT set, the log, the result JSON and the executed notebooks (a .tgz) land there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+. bench/gpu_env.sh
 keep=$(mktemp -d)
 since=$(mktemp)
 status=0

@@ -27,7 +27,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -169,20 +168,9 @@ def run_one(
 
 
 def gpu_names() -> list[str]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    from dist_notebook.cluster.devices import query_gpus
+
+    return query_gpus("name")
 
 
 def machine_label(gpus: list[str]) -> str:

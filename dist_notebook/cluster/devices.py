@@ -12,14 +12,14 @@ import shutil
 import subprocess
 
 
-def visible_gpus() -> list[int]:
-    """Indices of the GPUs engines may use, as CUDA_VISIBLE_DEVICES numbers them."""
+def query_gpus(field: str) -> list[str]:
+    """One ``nvidia-smi --query-gpu`` *field* per GPU of this host (none without it)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            [smi, f"--query-gpu={field}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -27,7 +27,12 @@ def visible_gpus() -> list[int]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    physical = [int(line) for line in out.split() if line.strip().isdigit()]
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def visible_gpus() -> list[int]:
+    """Indices of the GPUs engines may use, as CUDA_VISIBLE_DEVICES numbers them."""
+    physical = [int(v) for v in query_gpus("index") if v.isdigit()]
     mask = os.environ.get("CUDA_VISIBLE_DEVICES")
     if mask is None:
         return physical
