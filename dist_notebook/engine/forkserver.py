@@ -34,6 +34,7 @@ with us and nothing outlives the kernel.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -206,6 +207,7 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
                 warmed = True
                 try:
                     _warm()
+                    gc.freeze()
                 except Exception as e:  # an optimisation only: engines import it later
                     print(f"dist-notebook fork server: warm imports failed: {e}", file=sys.stderr)
             continue
@@ -242,6 +244,10 @@ def main() -> None:
     except BaseException as e:
         _send(out, {"error": f"{type(e).__name__}: {e}"})
         raise SystemExit(1) from e
+    # Out of the collector's sight in every engine (and their pages stay shared: a
+    # collection no longer writes to them), as the gc module's documentation advises
+    # before forking.
+    gc.freeze()
     _send(out, {"ready": True})
     named = os.environ.get(ENV_VAR, "")
     serve(0, out, int(named) if named.isdigit() else None)

@@ -158,6 +158,7 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
             f"process group check failed: all_reduce gave {probe.item()}, not {world}"
         )
     _publish_names(rank, world, device)
+    _freeze_start_up_objects()
     _warm_after_start()
     # The ports this group's transport listens on (gloo's pairs), for sever() later.
     ports = sorted(_listening_ports() - listening_before)
@@ -165,6 +166,23 @@ def init_group(addr: str, port: int, backend: str, timeout_s: float, generation:
 
 
 _warmed = False
+_frozen = False
+
+
+def _freeze_start_up_objects() -> None:
+    """Move what the engine's start made (torch, ipyparallel, IPython: ~300,000 objects)
+    out of the cyclic garbage collector's sight, once, before the user's first cell.
+
+    They live as long as the engine, yet every full collection walked them: in the first
+    training loop of a fresh engine the collector took 0.36 s of 17.6 s (2%), measured.
+    The user's objects, made later, are collected as usual.
+    """
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        import gc
+
+        gc.freeze()
 
 
 def _warm_after_start() -> None:

@@ -72,7 +72,8 @@ def test_engines_are_forked_with_their_own_state(
         " 'threads': torch.get_num_threads(), 'rank_env': os.environ['RANK'],"
         " 'cuda': os.environ.get('CUDA_VISIBLE_DEVICES'), 'cwd': os.getcwd(),"
         " 'path': sys.path, 'np': int(numpy.random.randint(1 << 30)),"
-        " 'comm': open('/proc/self/comm').read().strip()})"
+        " 'comm': open('/proc/self/comm').read().strip(),"
+        " 'frozen': __import__('gc').get_freeze_count()})"
     )
     got = values(forked, probe)
     assert [g["rank_env"] for g in got] == ["0", "1"]
@@ -83,6 +84,8 @@ def test_engines_are_forked_with_their_own_state(
         assert g["cuda"] == ""  # CPU ranks hide GPUs: the launcher's environment
         assert g["cwd"] == os.getcwd() and g["cwd"] in g["path"]  # as ``python -m`` here
         assert g["comm"] == "dist-engine"
+        # What the server imported is out of the collector's sight (engine/forkserver.py).
+        assert g["frozen"] > 100_000
     assert got[0]["np"] != got[1]["np"], "numpy's random state is shared across ranks"
     assert values(forked, ALL_REDUCE) == [2.0, 2.0]
 
@@ -111,6 +114,9 @@ def test_switched_off_engines_are_spawned(
     with DistCluster(ClusterSpec(n=2)) as cluster:
         assert spawned_engine(cluster)
         assert values(cluster, ALL_REDUCE) == [2.0, 2.0]
+        # A spawned engine freezes what its start made when its group is created.
+        frozen = values(cluster, "import gc, json\njson.dumps(gc.get_freeze_count())")
+        assert min(frozen) > 100_000
 
 
 def test_pythonpath_set_after_load_ext_reaches_forked_engines(
