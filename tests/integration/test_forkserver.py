@@ -145,16 +145,28 @@ def test_a_start_up_setting_changed_after_load_ext_spawns_engines(
 
 
 def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
-    server: forkserver.ForkServer, forked: DistCluster
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pids = [r.pid for r in forked.ranks]
-    server.proc.kill()
-    # Its engines see their parent gone within the parent watch's period.
-    assert wait_gone(pids, 5) == []
-    assert forkserver.current() is None
-    assert set(dead_within(forked, {0, 1}, 10)) == {0, 1}
-    forked.restart_sync()
-    assert spawned_engine(forked)
-    assert values(forked, ALL_REDUCE) == [2.0, 2.0]
-    replacement = forkserver.prestart()  # a dead server is replaced by the next prestart
-    assert replacement is not None and replacement.pid != server.pid
+    # A server of this test's own: the session's also serves the shared cluster's engines.
+    own = forkserver.ForkServer()
+    assert own.wait_ready(), own._error
+    monkeypatch.setattr(forkserver, "_server", own)
+    cluster = DistCluster(ClusterSpec(n=2))
+    try:
+        cluster.start_sync()
+        pids = [r.pid for r in cluster.ranks]
+        assert {psutil.Process(p).ppid() for p in pids} == {own.pid}
+        own.proc.kill()
+        # Its engines see their parent gone within the parent watch's period.
+        assert wait_gone(pids, 5) == []
+        assert forkserver.current() is None
+        assert set(dead_within(cluster, {0, 1}, 10)) == {0, 1}
+        cluster.restart_sync()
+        assert spawned_engine(cluster)
+        assert values(cluster, ALL_REDUCE) == [2.0, 2.0]
+        replacement = forkserver.prestart()  # a dead server is replaced by the next one
+        assert replacement is not None and replacement.pid != own.pid
+        replacement.close()
+    finally:
+        cluster.stop_sync()
+        own.close()
