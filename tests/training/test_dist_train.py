@@ -129,7 +129,9 @@ def test_another_process_reads_the_store_during_a_run(
     with capture_output():
         shell.run_cell_magic("dist_train", "--background --name watched", "train(300, pause=0.05)")
     run = trainer.last_run  # 15 s: the reader below starts while it runs, even under load
-    wait_for(lambda: run.metrics.count >= 4, 20, "the first records")
+    # Records reach the store in batches after the kernel has them: wait for the store.
+    store = StoreReader(Path(throwaway_store))
+    wait_for(lambda: len(store.metrics(run.id)) >= 4, 20, "the first records in the store")
     reader = textwrap.dedent(f"""
         import json, time
         from pathlib import Path
