@@ -45,6 +45,7 @@ from typing import Any
 
 from traitlets.config import Config
 
+from ..engine.rankenv import set_threads
 from .hosts import HostsError, format_hosts, parse_hosts
 from .launchers import mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
@@ -146,25 +147,6 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
 
 def scale_sync(cluster: Any, n: int, hosts: str | None = None) -> float:
     return run_sync(scale(cluster, n, hosts))
-
-
-def set_threads(threads: int | None) -> int:
-    """On a rank: take the thread count of the new layout (OMP_NUM_THREADS,
-    MKL_NUM_THREADS and torch's intra-op threads); return it.
-
-    *threads* None (remote ranks without ``--threads``): this host's cores over its
-    ranks (LOCAL_WORLD_SIZE, just assigned), as the rank's boot worked it out.
-    """
-    import os
-
-    import torch
-
-    if threads is None:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-        threads = max(1, (os.cpu_count() or 1) // max(1, local))
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
-    return threads
 
 
 async def _match_threads(cluster: Any, ids: list[int]) -> None:

@@ -87,16 +87,6 @@ def _no_debugger() -> None:
             del sys.modules["debugpy"]
 
 
-def _threads_from_environment() -> None:
-    """An engine forked with torch loaded (``engine.forkserver``): OpenMP read
-    OMP_NUM_THREADS when torch was loaded in the fork server, not this rank's value."""
-    import torch
-
-    threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
-
-
 def _after_kernel_died() -> None:
     """End our nanny if we have one (it would wait 3 s to tell a dead controller) and
     remove the cluster's stack folder, which the kernel would have removed at stop."""
@@ -112,12 +102,15 @@ def _after_kernel_died() -> None:
 
 def main() -> None:
     from .parent import watch_parent
-    from .rankenv import apply_rank_environment
+    from .rankenv import apply_rank_environment, set_threads
     from .stacks import register
 
     apply_rank_environment(os.environ)
-    if "torch" in sys.modules:
-        _threads_from_environment()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if "torch" in sys.modules and threads.isdigit() and int(threads) > 0:
+        # Forked with torch loaded (engine.forkserver): OpenMP read OMP_NUM_THREADS in
+        # the fork server, not this rank's value.
+        set_threads(int(threads))
     watch_parent(before_exit=_after_kernel_died)
     register()
     threading.Thread(target=_preimport, name="dist-notebook-preimport", daemon=True).start()

@@ -170,3 +170,21 @@ def origin() -> dict[str, Any]:
         "host": os.environ.get("DIST_NOTEBOOK_HOST_NAME") or None,
         "mpi_rank": _int_env("OMPI_COMM_WORLD_RANK"),
     }
+
+
+def set_threads(threads: int | None) -> int:
+    """On a rank: take a thread count (OMP_NUM_THREADS, MKL_NUM_THREADS and torch's
+    intra-op threads); return it. The cluster sends it after a scale (the new layout);
+    an engine forked with torch loaded takes its own at boot.
+
+    *threads* None (remote ranks without ``--threads``): this host's cores over its
+    ranks (LOCAL_WORLD_SIZE, just assigned), as the rank's boot worked it out.
+    """
+    import torch
+
+    if threads is None:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        threads = max(1, (os.cpu_count() or 1) // max(1, local))
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    return threads
