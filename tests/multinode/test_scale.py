@@ -338,3 +338,30 @@ def test_slurm_shrinks_and_cancels_the_empty_job(
     _expect_ddp(shell, 2)
     expect_stop_leaves_nothing(slurm_cluster)
     wait_for("no job left", lambda: not jobs(slurm_hosts.slurm_conf), 20)
+
+
+def test_slurm_restart_after_a_scale_starts_the_layout_scale_left(
+    shell: Any, slurm_hosts: Any
+) -> None:
+    from .scenarios import expect_stop_leaves_nothing, magic_cluster
+    from .slurm import jobs
+
+    flags = "--launcher slurm --nodes 2 --time 10 --partition test"
+    with magic_cluster(shell, slurm_hosts, flags) as cluster:
+        _scale(shell, 3)
+        before = jobs(slurm_hosts.slurm_conf)
+        assert len(before) == 2
+        with capture_output():
+            shell.run_line_magic("dist_cluster", "restart")
+        assert cluster.state.value == "ready"
+        # Three ranks again, on the same hosts, and the jobs of before are gone.
+        wait_for(
+            "the jobs of before leave the queue",
+            lambda: not set(before) & set(jobs(slurm_hosts.slurm_conf)),
+            20,
+        )
+        assert sorted(r.host for r in cluster.ranks) == ["h1", "h1", "h2"]
+        assert [r.rank for r in cluster.ranks] == [0, 1, 2]
+        _expect_ddp(shell, 3)
+        expect_stop_leaves_nothing(cluster)
+        wait_for("no job left", lambda: not jobs(slurm_hosts.slurm_conf), 20)
