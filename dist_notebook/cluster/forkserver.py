@@ -19,7 +19,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 from ..engine.parent import ENV_VAR as PARENT_ENV
@@ -184,9 +183,7 @@ def close() -> None:
     with _lock:
         server, _server = _server, None
     if server is not None:
-        started = time.monotonic()
         server.close()
-        log.debug("fork server closed in %.2f s", time.monotonic() - started)
 
 
 atexit.register(close)

@@ -177,8 +177,7 @@ def _reap(out: int) -> None:
             return
         if pid == 0:
             return
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        _send(out, {"exit": pid, "code": code})
+        _send(out, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def serve(inp: int, out: int, parent: int | None = None) -> None:
