@@ -10,10 +10,16 @@ tests/multinode does; needs root) and measures, interleaved, on one CPU rank per
   torchrun: one agent per host started in that host's namespaces, c10d rendezvous on
   h1, the script's ``init_process_group`` and one all_reduce);
 - DDP throughput: the same training code (a 64-256-256-10 MLP, batch 64 per rank,
-  synthetic data, gloo) timed on rank 0 between barriers after a warm-up.
+  synthetic data, gloo) timed on rank 0 between barriers after a warm-up, with the
+  median time of one step beside it (less swayed by the machine's hiccups than the mean).
 
-Both sides run with one thread a rank and gloo on the hosts' eth0 (torchrun is given
-GLOO_SOCKET_IFNAME=eth0; our ranks get it from the probe). Writes
+A third side, "plain", is the control: the very script torchrun runs, started on each
+host over the same ssh as our engines, with the variables our ranks get (MASTER_ADDR,
+RANK, ...) and nothing else: no engine, kernel or controller, and no torchrun agent. Where
+ours trails torchrun and plain trails it as much, the gap is not in dist-notebook.
+
+Every side runs with one thread a rank and gloo on the hosts' eth0 (torchrun and plain
+are given GLOO_SOCKET_IFNAME=eth0; our ranks get it from the probe). Writes
 ``bench/results/multinode.json`` and prints the table.
 
     sudo .venv/bin/python bench/multinode.py --scale [--reps 3]
@@ -44,7 +50,7 @@ import common  # noqa: E402
 from common import PY, fmt, md_table  # noqa: E402
 
 TRAIN = """
-def bench_train(steps, warmup=20, batch=64):
+def make_trainer(batch=64):
     import time, torch, torch.nn as nn, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
@@ -57,15 +63,26 @@ def bench_train(steps, warmup=20, batch=64):
     def step(i):
         loss = nn.functional.cross_entropy(model(xs[i % 32]), ys[i % 32])
         opt.zero_grad(); loss.backward(); opt.step()
-    for i in range(warmup):
-        step(i)
-    dist.barrier()
-    t0 = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    dist.barrier()
-    took = time.perf_counter() - t0
-    return steps * batch * dist.get_world_size() / took
+    def run(steps, warmup=0):
+        for i in range(warmup):
+            step(i)
+        if not steps:
+            return {}
+        dist.barrier()
+        t0 = time.perf_counter()
+        ends = []
+        for i in range(steps):
+            step(i)
+            ends.append(time.perf_counter())
+        dist.barrier()
+        took = time.perf_counter() - t0
+        each = sorted(b - a for a, b in zip([t0] + ends[:-1], ends))
+        return {"samples_per_s": steps * batch * dist.get_world_size() / took,
+                "step_ms_p50": each[len(each) // 2] * 1e3}
+    return run
+
+def bench_train(steps, warmup=20):
+    return make_trainer()(steps, warmup)
 """
 
 SCRIPT = (
@@ -83,9 +100,9 @@ SCRIPT = (
     + TRAIN
     + textwrap.dedent(
         """
-    sps = bench_train(int(sys.argv[2]))
+    result = bench_train(int(sys.argv[2]))
     if dist.get_rank() == 0:
-        print("BENCH_RESULT " + json.dumps({"first_s": first, "samples_per_s": sps}), flush=True)
+        print("BENCH_RESULT " + json.dumps({"first_s": first, **result}), flush=True)
     dist.destroy_process_group()
     """
     )
@@ -98,32 +115,18 @@ def free_port_on(host: Any) -> int:
     return int(host.exec(PY, "-c", code).stdout.strip())
 
 
-def run_torchrun(hosts: Any, script: Path, steps: int) -> dict[str, float]:
+def torchrun_procs(hosts: Any, script: Path, args: list[str], port: int) -> list[subprocess.Popen]:
+    """One torchrun agent per host, in that host's namespaces, c10d rendezvous on h1:port."""
     h1 = hosts.hosts[0]
-    endpoint = f"{h1.address}:{free_port_on(h1)}"
+    endpoint = f"{h1.address}:{port}"
     env = common.child_env(threads=1, GLOO_SOCKET_IFNAME="eth0")
-    t0 = time.time()
-    procs = [
+    rdzv_id = f"bench{time.time_ns()}"
+    cmd = ["-m", "torch.distributed.run", "--nnodes", str(len(hosts.hosts))]
+    cmd += ["--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    cmd += ["--rdzv-id", rdzv_id, str(script), *args]
+    return [
         subprocess.Popen(
-            [
-                *h.enter(),
-                PY,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--nproc-per-node",
-                "1",
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                endpoint,
-                "--rdzv-id",
-                f"bench{int(t0)}",
-                str(script),
-                repr(t0),
-                str(steps),
-            ],
+            [*h.enter(), PY, *cmd],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -131,17 +134,65 @@ def run_torchrun(hosts: Any, script: Path, steps: int) -> dict[str, float]:
         )
         for h in hosts.hosts
     ]
+
+
+def plain_procs(
+    hosts: Any, script: Path, args: list[str], port: int, ssh_config: str
+) -> list[subprocess.Popen]:
+    """The control: *script* started over ssh on each host, with the variables our ranks
+    get (rank 0's store on h1:port) and no launcher around it."""
+    h1 = hosts.hosts[0]
+    procs = []
+    for rank, host in enumerate(hosts.hosts):
+        env = {
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "eth0",
+            "MASTER_ADDR": h1.address,
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(len(hosts.hosts)),
+        }
+        assign = " ".join(f"{k}={v}" for k, v in env.items())
+        command = f"env {assign} {PY} -u {script} {' '.join(args)}"
+        procs.append(
+            subprocess.Popen(
+                ["ssh", "-F", ssh_config, host.name, "--", command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    return procs
+
+
+def wait_result(procs: list[subprocess.Popen], what: str, timeout: float = 120) -> dict:
+    """The BENCH_RESULT of *procs*' output; {} when they hang (killed, counted as such)."""
     try:
-        outs = [p.communicate(timeout=120)[0] for p in procs]
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
     except subprocess.TimeoutExpired:
         # torchrun's c10d rendezvous can hang when one agent leaves early: a failed run
         # of the peer, counted as such, not a hung bench.
         for p in procs:
             p.kill()
         tails = [(p.communicate()[0] or "")[-400:] for p in procs]
-        print("torchrun hung (120 s); agents' last output:", *tails, sep="\n", flush=True)
+        print(f"{what} hung ({timeout:.0f} s); last output:", *tails, sep="\n", flush=True)
         return {}
     return common.result_line("\n".join(outs))
+
+
+def run_torchrun(hosts: Any, script: Path, steps: int) -> dict[str, float]:
+    port = free_port_on(hosts.hosts[0])
+    t0 = time.time()
+    procs = torchrun_procs(hosts, script, [repr(t0), str(steps)], port)
+    return wait_result(procs, "torchrun")
+
+
+def run_plain(hosts: Any, script: Path, steps: int, ssh_config: str) -> dict[str, float]:
+    port = free_port_on(hosts.hosts[0])
+    t0 = time.time()
+    procs = plain_procs(hosts, script, [repr(t0), str(steps)], port, ssh_config)
+    return wait_result(procs, "plain run")
 
 
 def run_ours(hosts: Any, steps: int) -> dict[str, float]:
@@ -158,15 +209,15 @@ def run_ours(hosts: Any, steps: int) -> dict[str, float]:
         first = time.time() - t0
         run_on_ranks(cluster, TRAIN)
         values = apply_on_ranks(cluster, _call_bench, steps)
-        return {"first_s": first, "samples_per_s": values[0].value}
+        return {"first_s": first, **values[0].value}
     finally:
         cluster.stop_sync()
 
 
-def _call_bench(steps: int) -> float:
+def _call_bench(steps: int) -> dict[str, float]:
     from IPython import get_ipython
 
-    return float(get_ipython().user_ns["bench_train"](steps))
+    return dict(get_ipython().user_ns["bench_train"](steps))
 
 
 def run_scale(kind: str, hosts: Any, reps: int) -> dict[str, list[float]]:
@@ -269,20 +320,22 @@ def main() -> None:
     script = tmp / "torchrun_train.py"
     script.write_text(SCRIPT)
     hosts = TestHosts(tmp).up()
-    results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": []}
+    results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": [], "plain": []}
     hung: dict[str, int] = {}
     try:
-        os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))
+        ssh_config = str(start_sshd(hosts))
+        os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = ssh_config
         for rep in range(args.reps):
             for side in common.interleave(list(results), rep):
                 if side == "torchrun":
                     value = run_torchrun(hosts, script, args.steps)
+                elif side == "plain":
+                    value = run_plain(hosts, script, args.steps, ssh_config)
                 else:
                     value = run_ours(hosts, args.steps)
                 print(side, json.dumps(value), flush=True)
-                if value:
-                    results[side].append(value)
-                else:
+                results[side].append(value)  # {} for a hung run: reps stay aligned
+                if not value:
                     hung[side] = hung.get(side, 0) + 1
     finally:
         hosts.down()
@@ -291,59 +344,49 @@ def main() -> None:
     report(results, args, hung)
 
 
+KEYS = (
+    ("start to first collective (s)", "first_s", 2),
+    ("DDP samples/s (2 hosts x 1 CPU rank)", "samples_per_s", 0),
+    ("median step (ms)", "step_ms_p50", 3),
+)
+
+
 def report(results: dict[str, list[dict[str, float]]], args: Any, hung: dict[str, int]) -> None:
-    med = {
-        side: {k: statistics.median(v[k] for v in vals) for k in ("first_s", "samples_per_s")}
-        for side, vals in results.items()
-    }
-    ours, theirs = med["dist-notebook"], med["torchrun"]
+    sides = list(results)
 
-    def spread(side: str, key: str, digits: int) -> str:
-        vals = [v[key] for v in results[side]]
-        return f"{fmt(min(vals), digits)}-{fmt(max(vals), digits)}"
+    def values(side: str, key: str) -> list[float]:
+        return [v[key] for v in results[side] if v]
 
-    rows = [
-        [
-            what,
-            fmt(ours[key], digits),
-            spread("dist-notebook", key, digits),
-            fmt(theirs[key], digits),
-            spread("torchrun", key, digits),
-            fmt(ours[key] / theirs[key], 3) + "x",
+    rows = []
+    for what, key, digits in KEYS:
+        row = [what]
+        for side in sides:
+            vals = values(side, key)
+            row.append(
+                f"{fmt(statistics.median(vals), digits)} ({fmt(min(vals), digits)}-"
+                f"{fmt(max(vals), digits)})"
+            )
+        ours, theirs = (statistics.median(values(s, key)) for s in ("dist-notebook", "torchrun"))
+        rows.append([*row, fmt(ours / theirs, 3) + "x"])
+    # Each rep ran every side back to back: a ratio within a rep cancels the drift of the
+    # machine's load between reps, which the ratio of medians does not.
+    pairs: dict[str, list[float]] = {}
+    for a, b in (("dist-notebook", "torchrun"), ("plain", "torchrun"), ("dist-notebook", "plain")):
+        ratios = [
+            x["samples_per_s"] / y["samples_per_s"]
+            for x, y in zip(results[a], results[b], strict=True)
+            if x and y
         ]
-        for what, key, digits in (
-            ("start to first collective (s)", "first_s", 2),
-            ("DDP samples/s (2 hosts x 1 CPU rank)", "samples_per_s", 0),
-        )
-    ]
-    # Each rep ran both sides back to back: the ratio within a rep cancels the drift of
-    # the machine's load between reps, which the ratio of medians does not.
-    pairs = [
-        a["samples_per_s"] / b["samples_per_s"]
-        for a, b in zip(results["dist-notebook"], results["torchrun"], strict=False)
-    ]
-    if pairs:
+        pairs[f"{a} / {b}"] = ratios
+        spread = f"{fmt(min(ratios), 3)}-{fmt(max(ratios), 3)}"
         rows.append(
-            [
-                "DDP samples/s, ratio within each rep",
-                "",
-                "",
-                "",
-                f"{fmt(min(pairs), 3)}-{fmt(max(pairs), 3)}",
-                fmt(statistics.median(pairs), 3) + "x (median)",
-            ]
+            [f"samples/s within each rep, {a} / {b}"]
+            + [""] * len(sides)
+            + [f"{fmt(statistics.median(ratios), 3)}x ({spread})"]
         )
-    table = md_table(
-        [
-            f"{args.reps} reps, interleaved",
-            "dist-notebook (ssh), median",
-            "min-max",
-            "torchrun c10d, median",
-            "min-max",
-            "ratio of medians",
-        ],
-        rows,
-    )
+    head = [f"{args.reps} reps, interleaved: median (min-max)"]
+    head += ["dist-notebook (ssh)", "torchrun c10d", "plain script over ssh"][: len(sides)]
+    table = md_table([*head, "dist-notebook / torchrun"], rows)
     print(table)
     common.write_result(
         "multinode",
@@ -352,9 +395,9 @@ def report(results: dict[str, list[dict[str, float]]], args: Any, hung: dict[str
             "steps": args.steps,
             "raw": results,
             "hung": hung,
-            "median": med,
             "paired_ratios": pairs,
             "table": table,
+            **_load(),
         },
     )
 
