@@ -115,6 +115,21 @@ def free_port_on(host: Any) -> int:
     return int(host.exec(PY, "-c", code).stdout.strip())
 
 
+def hosts_and_script(text: str) -> tuple[Any, Path]:
+    """Two test hosts up (exits with the reason where they cannot be built here), a
+    scratch run store, and *text* written as the script torchrun and plain run."""
+    from tests.multinode.testhosts import TestHosts, why_not
+
+    reason = why_not("ssh")
+    if reason:
+        sys.exit(f"{Path(sys.argv[0]).name}: {reason}")
+    common.use_scratch_store()
+    tmp = Path(tempfile.mkdtemp(prefix="dist-bench-hosts-"))
+    script = tmp / "train.py"
+    script.write_text(text)
+    return TestHosts(tmp).up(), script
+
+
 def torchrun_procs(hosts: Any, script: Path, args: list[str], port: int) -> list[subprocess.Popen]:
     """One torchrun agent per host, in that host's namespaces, c10d rendezvous on h1:port."""
     h1 = hosts.hosts[0]
@@ -310,16 +325,8 @@ def main() -> None:
         main_scale(args.reps)
         return
     from tests.multinode.sshd import start_sshd
-    from tests.multinode.testhosts import TestHosts, why_not
 
-    reason = why_not("ssh")
-    if reason:
-        sys.exit(f"bench/multinode.py: {reason}")
-    common.use_scratch_store()
-    tmp = Path(tempfile.mkdtemp(prefix="dist-bench-hosts-"))
-    script = tmp / "torchrun_train.py"
-    script.write_text(SCRIPT)
-    hosts = TestHosts(tmp).up()
+    hosts, script = hosts_and_script(SCRIPT)
     results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": [], "plain": []}
     hung: dict[str, int] = {}
     try:

@@ -29,7 +29,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -139,16 +138,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100 if common.quick() else 500)
     args = parser.parse_args()
     from tests.multinode.sshd import start_sshd
-    from tests.multinode.testhosts import TestHosts, why_not
 
-    reason = why_not("ssh")
-    if reason:
-        sys.exit(f"bench/multinode_steady.py: {reason}")
-    common.use_scratch_store()
-    tmp = Path(tempfile.mkdtemp(prefix="dist-bench-steady-"))
-    script = tmp / "serve.py"
-    script.write_text(SERVE)
-    hosts = TestHosts(tmp).up()
+    hosts, script = multinode.hosts_and_script(SERVE)
     sides: dict[str, Any] = {}
     raw: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": [], "plain": []}
     try:
