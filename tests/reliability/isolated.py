@@ -56,7 +56,19 @@ def run_isolated(
             timeout=timeout,
             env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
         )
+    except subprocess.TimeoutExpired as hung:
+        # The whole output, not the repr's first characters: where it hung is at its end.
+        out, err = (_text(x)[-4000:] for x in (hung.stdout, hung.stderr))
+        raise AssertionError(
+            f"the script ran past {timeout} s\n--- stdout\n{out}\n--- stderr\n{err}"
+        ) from None
     finally:
         if not can_isolate():
             for directory in read_only:
                 directory.chmod(0o700)
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(errors="replace")
