@@ -2,13 +2,15 @@
 
 Each magic declares its flags with decorators; IPython builds the argparse parser and
 puts its help (every flag, then examples) in the magic's docstring, so ``%dist_cluster?``
-shows it. ``parse`` reads a line like a shell would: ``--help`` prints the help, and
-every mistake becomes a UsageError that names the flag and shows the usage line.
+shows it. ``parse`` reads a line like a shell would: ``--help`` prints the help, a
+``# comment`` ends the line as in Python, and every mistake becomes a UsageError that
+names the flag, says which flag or subcommand was probably meant, and shows the usage line.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import shlex
 from collections.abc import Callable, Iterable
@@ -81,7 +83,7 @@ def parse(magic: Any, line: str, *, keep_quotes: bool = False) -> argparse.Names
     """
     parser = parser_of(magic)
     try:
-        words = split_words(line, keep_quotes)
+        words = split_words(strip_comment(line), keep_quotes)
     except ValueError as e:
         raise UsageError(
             f"{parser.prog}: cannot read the arguments ({e}); check the quotes"
@@ -97,7 +99,67 @@ def parse_words(parser: MagicArgumentParser, words: list[str]) -> argparse.Names
     try:
         return parser.parse_args(words)
     except UsageError as e:
-        raise UsageError(f"{parser.prog}: {e}\n{parser.format_usage().strip()}") from None
+        hint = did_you_mean(parser, words, str(e))
+        raise UsageError(f"{parser.prog}: {e}{hint}\n{parser.format_usage().strip()}") from None
+
+
+def strip_comment(line: str) -> str:
+    """*line* without its ``# comment``: a ``#`` outside quotes that starts a word (the
+    line's start or after a space) ends the arguments, as in Python and in a shell.
+
+    IPython hands a magic the rest of its line as typed, comment included. Inside quotes
+    (``--name '#1'``) or inside a word (``--name run#1``) a ``#`` is kept.
+    """
+    quote = ""
+    escaped = False
+    for i, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line
+
+
+_NUMBER = re.compile(r"-\d+(\.\d*)?$")
+_INVALID_CHOICE = re.compile(r"argument ([^:]+): invalid choice: ['\"]?([^'\"]*)['\"]? \(")
+
+
+def did_you_mean(parser: MagicArgumentParser, words: list[str], message: str) -> str:
+    """``; did you mean --steps?`` for a misspelt flag or subcommand, else ``""``.
+
+    A misspelt flag comes first: its value, taken for a subcommand, is what argparse
+    complains about (``--stpes 10`` gives "invalid choice: '10'").
+    """
+    actions = parser._actions  # argparse has no public list of a parser's arguments
+    flags = [flag for action in actions for flag in action.option_strings]
+    for word in words:
+        name = word.split("=", 1)[0]
+        if word.startswith("-") and not _NUMBER.match(word) and name not in flags:
+            hint = _suggestion(name, [f for f in flags if f.startswith("--")])
+            if hint:
+                return hint
+    choice = _INVALID_CHOICE.search(message)
+    if choice is None:
+        return ""
+    named = choice.group(1)  # as argparse names it: metavar, flags or dest
+    offered = [
+        str(c)
+        for action in actions
+        if named in (action.metavar, "/".join(action.option_strings), action.dest)
+        for c in action.choices or ()
+    ]
+    return _suggestion(choice.group(2), offered)
+
+
+def _suggestion(word: str, offered: list[str]) -> str:
+    close = difflib.get_close_matches(word, offered, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def split_words(line: str, keep_quotes: bool = False) -> list[str]:

@@ -13,7 +13,16 @@ from ..cluster import ClusterError
 from ..cluster.execute import RankError, run_on_ranks
 from ..cluster.scripts import run_script
 from ..cluster.transfer import pull, push
-from .args import HELP, check_ranks, exclusive, help_text, int_list, parse, positive_float
+from .args import (
+    HELP,
+    check_ranks,
+    exclusive,
+    help_text,
+    int_list,
+    parse,
+    positive_float,
+    strip_comment,
+)
 from .output import LabelledPrinter, Table, show_folded_streams, show_results
 from .session import Session
 
@@ -72,7 +81,7 @@ class ExecMagics(Magics):
     @line_magic
     def dist_push(self, line: str) -> None:
         """Send kernel variables to every rank: %dist_push model_config lr"""
-        names = line.split()
+        names = strip_comment(line).split()
         if not names:
             raise UsageError("%dist_push: name the variables to send, e.g. %dist_push lr config")
         assert self.shell is not None
@@ -119,7 +128,7 @@ class ExecMagics(Magics):
         import shlex
 
         try:
-            words = shlex.split(line)
+            words = shlex.split(strip_comment(line))
         except ValueError as e:
             raise UsageError(
                 f"%dist_run: cannot read the arguments ({e}); check the quotes"

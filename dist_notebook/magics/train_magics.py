@@ -26,6 +26,7 @@ from .args import (
     parser_of,
     positive_float,
     positive_int,
+    strip_comment,
 )
 from .output import LabelledPrinter
 from .session import Session
@@ -130,7 +131,8 @@ class TrainMagics(Magics):
     def dist_train(self, line: str, cell: str | None = None) -> RunResult | None:
         """Run the cell as a DDP training run on every rank (as a line magic: a call,
         e.g. ``%dist_train train(epochs=3)``), with live metrics in the run store."""
-        flags, expression = split_flags(parser_of(self.dist_train), line)
+        # A ``# comment`` after the magic is no argument (parse() drops it too).
+        flags, expression = split_flags(parser_of(self.dist_train), strip_comment(line))
         # {name} in the flags takes the notebook's value (--steps {total_steps}), as in
         # any magic; the expression is code for the ranks and is left as written.
         assert self.shell is not None

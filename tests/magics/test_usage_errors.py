@@ -210,3 +210,27 @@ def test_bad_quotes(shell: Any, cluster2: Any, kind: str, name: str, line: str) 
 def test_bad_timeout_of_dist(shell: Any, cluster2: Any) -> None:
     message = usage_error(shell.run_cell_magic, "dist", "--timeout -1", "print(1)")
     assert "positive number of seconds" in message
+
+
+# --- a misspelt flag or subcommand: "did you mean" ----------------------------------------
+
+
+def test_misspelt_subcommand(no_cluster: Any) -> None:
+    message = usage_error(no_cluster.run_line_magic, "dist_cluster", "strat -n 2 --cpu")
+    assert "invalid choice: 'strat'" in message and "did you mean start?" in message
+
+
+def test_misspelt_flag_of_dist_cluster(no_cluster: Any) -> None:
+    message = usage_error(no_cluster.run_line_magic, "dist_cluster", "start --cpus")
+    assert message.splitlines()[0].endswith("unrecognized arguments: --cpus; did you mean --cpu?")
+
+
+def test_misspelt_flag_of_dist_train(no_cluster: Any) -> None:
+    # Before any cluster is needed: the flags are read first.
+    message = usage_error(no_cluster.run_cell_magic, "dist_train", "--stpes 10", "pass")
+    assert "did you mean --steps?" in message
+
+
+def test_misspelt_choice_of_a_flag(no_cluster: Any) -> None:
+    message = usage_error(no_cluster.run_line_magic, "dist_cluster", "start --backend glo")
+    assert "did you mean gloo?" in message

@@ -19,6 +19,7 @@ from dist_notebook.magics.args import (
     parse,
     positive_float,
     positive_int,
+    strip_comment,
 )
 
 
@@ -123,3 +124,84 @@ def test_parser_reads_quoted_words() -> None:
 
 def test_option_names_come_from_the_help() -> None:
     assert option_names(demo.parser) == ["--help", "--ranks", "-h", "-n"]
+
+
+# --- a ``# comment`` after a magic is no argument -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("start   # one rank per visible GPU", "start"),
+        ("# only a comment", ""),
+        ("-n 2 # don't mind the quote in the comment", "-n 2"),
+        ("--name '#1' # quoted", "--name '#1'"),
+        ('--name "a # b"', '--name "a # b"'),
+        ("--name run#1", "--name run#1"),
+        (r"--name \# escaped # comment", r"--name \# escaped"),
+        ("d['#']  # a key", "d['#']"),
+        ("-n 2", "-n 2"),
+    ],
+)
+def test_strip_comment(line: str, expected: str) -> None:
+    assert strip_comment(line) == expected
+
+
+@given(st.text(alphabet=st.sampled_from("ab -'\"#\\ "), max_size=30))
+def test_strip_comment_keeps_lines_without_a_hash(text: str) -> None:
+    line = text.replace("#", "")
+    assert strip_comment(line) == line
+    assert strip_comment(strip_comment(text)) == strip_comment(text)
+
+
+def test_parse_drops_the_comment() -> None:
+    args = parse(demo, "-n 2 --ranks 0,1   # two of them, on ranks 0 and 1")
+    assert args is not None and args.n == 2 and args.ranks == [0, 1]
+    args = parse(demo, "# nothing but a comment")
+    assert args is not None and args.n is None
+
+
+def test_a_quoted_hash_is_an_argument() -> None:
+    args = parse(named, "--name '# not a comment' # a comment")
+    assert args is not None and args.name == "# not a comment"
+    args = parse(named, "--name run#1")
+    assert args is not None and args.name == "run#1"
+
+
+# --- "did you mean" ---------------------------------------------------------------------
+
+
+@magic_arguments("%named")
+@HELP
+@argument("action", nargs="?", default="status", choices=("start", "status", "stop"))
+@argument("--name", help="a name")
+@argument("--steps", type=positive_int, help="steps")
+@argument("--backend", choices=("auto", "nccl", "gloo"), help="backend")
+@help_text("  %named start --name a")
+def named(line: str) -> None:
+    """A magic with a subcommand."""
+
+
+@pytest.mark.parametrize(
+    ("line", "hint"),
+    [
+        ("--stpes 10", "did you mean --steps?"),
+        ("--step=10", "did you mean --steps?"),
+        ("start --nmae a", "did you mean --name?"),
+        ("strat", "did you mean start?"),
+        ("--backend ncll", "did you mean nccl?"),
+    ],
+)
+def test_did_you_mean(line: str, hint: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse(named, line)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("%named: ") and first.endswith(hint)
+    assert "usage: %named" in str(info.value)
+
+
+def test_no_guess_when_nothing_is_close() -> None:
+    with pytest.raises(UsageError) as info:
+        parse(named, "start --zzzzzz")
+    assert "unrecognized arguments: --zzzzzz" in str(info.value)
+    assert "did you mean" not in str(info.value)
