@@ -2,7 +2,10 @@
 # Included from the top Makefile, which defines VENV and the `venv` target.
 #
 #   make ext-build    npm ci (when the lock changed), production build into
-#                     dist_notebook/labextension, and link it into the venv's labextensions
+#                     dist_notebook/labextension, and link it into the venv's labextensions;
+#                     the cell's live view (an anywidget module, the same chart sources)
+#                     into dist_notebook/display/static/live.{js,css}, which the kernel
+#                     reads from the package itself (editable install or wheel)
 #   make ext-lint     tsc --noEmit and prettier --check
 #   make ext-test     unit tests of the front end's data code (node --test)
 #   make test-server  REST API tests (real Jupyter server, real ipyparallel clusters)
@@ -13,6 +16,7 @@ EXT_DIR := extension
 LABEXT_DIR := dist_notebook/labextension
 EXT_MODULES := $(EXT_DIR)/node_modules/.installed
 EXT_OUTPUT := $(LABEXT_DIR)/package.json
+LIVE_OUTPUT := dist_notebook/display/static/live.js
 EXT_SOURCES := $(wildcard $(EXT_DIR)/src/*.ts $(EXT_DIR)/src/chart/*.ts $(EXT_DIR)/style/* $(EXT_DIR)/schema/*.json) \
 	$(EXT_DIR)/package.json $(EXT_DIR)/tsconfig.json
 # The venv's own labextensions folder: an editable install copies shared-data once, at
@@ -32,7 +36,11 @@ $(EXT_OUTPUT): $(EXT_MODULES) $(EXT_SOURCES) | venv
 	cd $(EXT_DIR) && $(EXT_ENV) npm run build:prod
 	touch $(LABEXT_DIR)/.gitkeep $@
 
-ext-build: $(EXT_OUTPUT) | venv
+# The anywidget module alone (esbuild, a fraction of a second): no labextension needed.
+$(LIVE_OUTPUT): $(EXT_MODULES) $(EXT_SOURCES)
+	cd $(EXT_DIR) && npm run build:live
+
+ext-build: $(EXT_OUTPUT) $(LIVE_OUTPUT) | venv
 	@if [ "$$(readlink "$(EXT_LINK)")" != "$(CURDIR)/$(LABEXT_DIR)" ]; then \
 		rm -rf "$(EXT_LINK)" && mkdir -p "$$(dirname "$(EXT_LINK)")" && \
 		ln -s "$(CURDIR)/$(LABEXT_DIR)" "$(EXT_LINK)" && \

@@ -1,11 +1,21 @@
 """The output of a %%dist_train cell: the live view while the run goes, a static picture
 and table when it ends.
 
-While the run goes, the output is one widget view (``live.LiveRunWidget``) drawn by the
-browser from new records only; the kernel draws no picture. When the run ends, the same
-output (by its display id) becomes a PNG plus an HTML table, and the widget is closed:
-a saved notebook then shows the run without a kernel and without widget state, in
-JupyterLab, nbconvert's HTML and on GitHub, and never "model not found".
+While the run goes, the output is one widget view (``live.LiveRunWidget``, an anywidget)
+drawn by the browser from new records only; the kernel draws no picture. The same output
+carries a text/html and text/plain note naming the run and ``load_run(...)``: what a
+reader without widgets (nbconvert, GitHub, an untrusted copy) sees of a file saved
+mid-run. When the run ends, the same output (by its display id) becomes a PNG plus an
+HTML table; the widget's ``final`` trait gets that picture too, for views the display
+update cannot reach (a page reloaded mid-run holds the output from the file, without its
+display id; a page reloaded while a plain cell blocks makes its model only once the cell
+has ended, so the widget stays open for it, costing the kernel one idle model per run).
+It is closed at once only where no front end ever made a model of it. The saved notebook
+of a page that saw the end shows the run without a kernel and without widget state, in
+JupyterLab, nbconvert's HTML and on GitHub.
+
+Where no widget front end exists (terminal IPython, ``jupyter console``, ``nbconvert
+--execute``), ``textlive.TextLive`` shows the run as text updated in place instead.
 
 Stop: in a background run the kernel is idle and handles the click itself. In a plain
 (blocking) cell the widget's messages are routed to a kernel subshell of their own
@@ -15,6 +25,7 @@ Stop: in a background run the kernel is idle and handles the click itself. In a 
 from __future__ import annotations
 
 import base64
+import html
 import time
 from typing import Any
 
@@ -48,6 +59,7 @@ class Dashboard:
         self.feed = LiveFeed(self.widget, run.metrics, self.summary)
         self.widget.on_msg(self._on_msg)
         self.stop_requested = False
+        self.hellos = 0  # models made in front ends: more than one is a late view
         self.final_bundle: dict[str, Any] | None = None
         self._handle: Any = None
         self._finished = False
@@ -61,14 +73,31 @@ class Dashboard:
         return {str(r): s for r, s in self.run.rank_states.items()}
 
     # --- showing ------------------------------------------------------------------
+    def note(self) -> tuple[str, str]:
+        """What the live output says without widgets: (text/plain, text/html)."""
+        name, run_id = self.run.name, self.run.id
+        text = (
+            f"run {name} ({run_id}): live view of a run in progress; "
+            f"see dist_notebook.load_run({name!r}) for its records"
+        )
+        markup = (
+            f"<div class='dist-notebook-live-note' data-run='{html.escape(run_id)}'>"
+            f"<b>run {html.escape(name)}</b> ({html.escape(run_id)}): live view of a run in "
+            f"progress; see <code>dist_notebook.load_run({html.escape(repr(name))})</code>"
+            " for its records and picture</div>"
+        )
+        return text, markup
+
     def show(self) -> None:
+        text, markup = self.note()
         bundle = {
             "application/vnd.jupyter.widget-view+json": {
                 "version_major": 2,
                 "version_minor": 0,
                 "model_id": self.widget.model_id,
             },
-            "text/plain": f"{self.run.name}: {self.run.state.value} (live view)",
+            "text/plain": text,
+            "text/html": markup,
         }
         self._handle = display(bundle, raw=True, display_id=True)
         self.feed.start()
@@ -86,8 +115,10 @@ class Dashboard:
         if kind == "stop" and not self.stop_requested and not self._finished:
             self.stop_requested = True
             self.run.stop()
-        elif kind == "hello" and not self._finished:
-            self.feed.history()
+        elif kind == "hello":
+            self.hellos += 1
+            if not self._finished:
+                self.feed.history()
 
     def finish(self, result: Any = None) -> None:
         """Replace the live view by the final picture and table; close the widget."""
@@ -106,9 +137,12 @@ class Dashboard:
             "text/html": final_html(header, png, summary, states),
             "text/plain": text_summary(header, summary, states),
         }
+        self.widget.final = self.final_bundle["text/html"]
         if self._handle is not None:
             self._handle.update(self.final_bundle, raw=True)
-        self.widget.close()
+        if self.hellos == 0:
+            # No front end ever made a model of it (a terminal, nbconvert): nothing to show.
+            self.widget.close()
         if self.route is not None:
             self.route.close()
 

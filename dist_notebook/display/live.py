@@ -1,17 +1,19 @@
-"""The live view's kernel side: a widget model whose view the labextension draws, and a
-feed that sends it only new records, batched.
+"""The live view's kernel side: an anywidget whose ESM and CSS ship inside this package,
+and a feed that sends it only new records, batched.
 
-Why a widget of our own labextension (ipywidgets ``DOMWidget``, module "dist-notebook",
-registered through ``IJupyterWidgetRegistry``) rather than anywidget or bqplot: the
-extension is already installed with the package and holds the side panel, so the cell
-and the panel draw with one chart component from one bundle, with no second front-end
-package and no ESM served by the kernel. The kernel draws nothing while the run goes:
-every ``FLUSH_EVERY`` s the feed sends the records that came in (one custom comm message:
-``{"kind": "records", "records": [Record.to_json()...], "summary": RunSummary.to_json(),
-"clock": kernel time}``). Past ``MAX_POINTS`` records of a rank, each batch is sent as a
-min/max envelope per bucket of records, so a long run costs the browser a bounded number
-of points and spikes stay visible. A view that appears later (a reloaded page) says
-``{"kind": "hello"}`` and gets the whole history, thinned the same way, with ``reset``.
+Why anywidget: its front end loads the widget's module from the kernel (the ``_esm``
+trait), so the chart draws in JupyterLab 4, Notebook 7, VS Code, Colab and marimo, with or
+without this package's labextension (which still holds the side panel). The module is
+built from the same chart sources as the panel (extension/src/chart, ``npm run
+build:live``, part of ``make ext-build``) into ``static/live.js`` and ``static/live.css``.
+The kernel draws nothing while the run goes: every ``FLUSH_EVERY`` s the feed sends the
+records that came in (one custom comm message: ``{"kind": "records", "records":
+[Record.to_json()...], "summary": RunSummary.to_json(), "clock": kernel time}``). Past
+``MAX_POINTS`` records of a rank, each batch is sent as a min/max envelope per bucket of
+records, so a long run costs the browser a bounded number of points and spikes stay
+visible. A model that appears later (a reloaded page) says ``{"kind": "hello"}`` and
+gets the whole history, thinned the same way, with ``reset``. At the end the ``final``
+trait carries the static picture, which every open view shows.
 """
 
 from __future__ import annotations
@@ -21,29 +23,43 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-import ipywidgets as widgets
+import anywidget
 from traitlets import Bool, Dict, Float, Int, Unicode
 
 from ..metrics import RunMetrics
 from ..protocol import Record, RunSummary
 
-MODULE = "dist-notebook"
-MODULE_VERSION = "0.1.0"  # extension/package.json's version
+STATIC = Path(__file__).resolve().parent / "static"
 FLUSH_EVERY = 0.15  # seconds between batches: the chart changes up to ~7 times a second
 MAX_POINTS = 4000  # records per rank sent as they are; beyond, min/max envelopes
+# What a checkout whose front end was never built shows in place of the chart.
+UNBUILT_ESM = """export default { render({ model, el }) {
+  el.textContent = `${model.get("name")}: the live chart is not built ` +
+    "(run `make ext-build` in the dist-notebook checkout); the picture comes at the end.";
+} };
+"""
 
 
-class LiveRunWidget(widgets.DOMWidget):
+def asset(name: str) -> str | None:
+    """The text of a built front-end file in static/, or None if it was not built."""
+    try:
+        return (STATIC / name).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def built() -> bool:
+    return (STATIC / "live.js").is_file()
+
+
+class LiveRunWidget(anywidget.AnyWidget):
     """The model of the cell's live view (drawn by extension/src/chart/widget.ts)."""
 
-    _model_name = Unicode("LiveRunModel").tag(sync=True)
-    _model_module = Unicode(MODULE).tag(sync=True)
-    _model_module_version = Unicode(MODULE_VERSION).tag(sync=True)
-    _view_name = Unicode("LiveRunView").tag(sync=True)
-    _view_module = Unicode(MODULE).tag(sync=True)
-    _view_module_version = Unicode(MODULE_VERSION).tag(sync=True)
+    _esm = asset("live.js") or UNBUILT_ESM
+    _css = asset("live.css") or ""
     name = Unicode("").tag(sync=True)
     run_id = Unicode("").tag(sync=True)
     state = Unicode("pending").tag(sync=True)
@@ -51,6 +67,8 @@ class LiveRunWidget(widgets.DOMWidget):
     started = Float(0.0).tag(sync=True)
     rank_states = Dict().tag(sync=True)
     stoppable = Bool(True).tag(sync=True)
+    # The end's picture and table (final.final_html): every open view shows it.
+    final = Unicode("").tag(sync=True)
 
 
 def stride_for(count: int, max_points: int = MAX_POINTS) -> int:

@@ -19,7 +19,6 @@ import {
 } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
-import { liveRunPlugin } from './chart/widget';
 import { CommandIDs } from './commands';
 import { distIcon } from './icon';
 import { DistModel, RunModel } from './model';
@@ -252,4 +251,4 @@ function addRunCommands(
   });
 }
 
-export default [plugin, liveRunPlugin];
+export default [plugin];

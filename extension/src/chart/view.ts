@@ -82,6 +82,11 @@ export class ChartView {
   private _scales: { x: (v: number) => number; xInv: (px: number) => number } | null =
     null;
   private _dragFrom: number | null = null;
+  /** Redraws when the plot's width changes (a panel resized, a notebook widened). */
+  private readonly _resize: ResizeObserver | null =
+    typeof ResizeObserver === 'function'
+      ? new ResizeObserver(() => this.requestDraw())
+      : null;
 
   constructor() {
     this._smooth.type = 'range';
@@ -106,6 +111,16 @@ export class ChartView {
     this._plot.append(this._svg, this._tip, this._empty);
     this.node.append(bar, this._plot, this._legend, this._bars.node);
     this._listen();
+    this._resize?.observe(this._plot);
+  }
+
+  /** Stop watching the plot's size and drop a pending draw (the view is going away). */
+  dispose(): void {
+    this._resize?.disconnect();
+    if (this._frame !== null && typeof cancelAnimationFrame === 'function') {
+      cancelAnimationFrame(this._frame);
+    }
+    this._frame = null;
   }
 
   /** New records (any order of ranks; older ones than a rank's newest are dropped). */

@@ -1,33 +1,45 @@
 /**
- * The notebook cell's live view of a %%dist_train run: an ipywidgets model and view
- * registered by this labextension (module "dist-notebook"), drawing with ChartView.
+ * The notebook cell's live view of a %%dist_train run, written against anywidget's
+ * model interface (`get`, `on`, `off`, `send`), so one module draws it in every front end
+ * that has anywidget (JupyterLab 4, Notebook 7, VS Code, Colab, marimo), with or without
+ * this package's labextension. The entry anywidget loads is `./anywidget.ts`.
  *
  * The kernel (dist_notebook/display/live.py) sends only new records, batched, as
- * custom messages `{kind: "records", records, summary, clock, reset?}`; the model keeps
- * them, so a view opened later (another view of the output) draws the whole run. The
- * header's name, state and steps are synced traits. Stop sends `{kind: "stop"}`. When the
- * run ends the kernel replaces this output by a static picture and closes the model.
+ * custom messages `{kind: "records", records, summary, clock, reset?}`; a `LiveStore`,
+ * one per model, keeps them, so a view opened later (a reloaded page, a second view of
+ * the output) draws the whole run. A new model says `{kind: "hello"}` and gets the whole
+ * history with `reset`. The header's name, state and steps are synced traits. Stop sends
+ * `{kind: "stop"}`. When the run ends the kernel sets the `final` trait (the static
+ * picture and table as HTML): every view, a reloaded one included, shows it in place of
+ * the chart, and the kernel also replaces the output it displayed by that picture.
  */
-import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import {
-  DOMWidgetModel,
-  DOMWidgetView,
-  IJupyterWidgetRegistry
-} from '@jupyter-widgets/base';
-
-import type { ObjectHash } from 'backbone';
-
 import type { IRecord, IRunSummary } from '../protocol';
 import { h, setText } from '../dom';
 import { toNumber } from './data';
 import { ChartView, IDrawInfo } from './view';
 
-export const MODULE_NAME = 'dist-notebook';
-export const MODULE_VERSION = '0.1.0';
 /** Seconds without a record (at least 10 step times) before a rank shows no progress. */
 const STALL_AFTER = 5;
+/** The synced traits the view reads (dist_notebook/display/live.py: LiveRunWidget). */
+const TRAITS = [
+  'name',
+  'state',
+  'steps',
+  'started',
+  'rank_states',
+  'stoppable',
+  'final'
+];
 
-interface IRecordsMessage {
+/** The part of anywidget's model (and of a Backbone widget model) the view uses. */
+export interface ILiveModel {
+  get(name: string): unknown;
+  on(event: string, callback: (...args: any[]) => void): void;
+  off(event?: string | null, callback?: ((...args: any[]) => void) | null): void;
+  send(content: object): void;
+}
+
+export interface IRecordsMessage {
   kind: 'records';
   records: IRecord[];
   summary: IRunSummary | null;
@@ -42,40 +54,34 @@ declare global {
   }
 }
 
-export class LiveRunModel extends DOMWidgetModel {
+/** A run's records as they came, shared by every view of one model. */
+export class LiveStore {
   records: IRecord[] = [];
   summary: IRunSummary | null = null;
   /** The browser's clock minus the kernel's, from the last message. */
   skew = 0;
+  private readonly _views = new Set<(msg: IRecordsMessage) => void>();
+  private readonly _onMessage = (msg: unknown): void => this._receive(msg);
 
-  defaults(): ObjectHash {
-    return {
-      ...super.defaults(),
-      _model_name: 'LiveRunModel',
-      _model_module: MODULE_NAME,
-      _model_module_version: MODULE_VERSION,
-      _view_name: 'LiveRunView',
-      _view_module: MODULE_NAME,
-      _view_module_version: MODULE_VERSION,
-      name: '',
-      run_id: '',
-      state: 'pending',
-      steps: null,
-      started: 0,
-      rank_states: {},
-      stoppable: true
-    };
-  }
-
-  initialize(attributes: ObjectHash, options: any): void {
-    super.initialize(attributes, options);
-    this.on('msg:custom', (content: IRecordsMessage) => this._receive(content));
+  constructor(readonly model: ILiveModel) {
+    model.on('msg:custom', this._onMessage);
     // A model made from the kernel's state (a reloaded page) has no records yet.
-    this.send({ kind: 'hello' });
+    model.send({ kind: 'hello' });
   }
 
-  private _receive(msg: IRecordsMessage): void {
-    if (msg.kind !== 'records') {
+  listen(view: (msg: IRecordsMessage) => void): () => void {
+    this._views.add(view);
+    return () => this._views.delete(view);
+  }
+
+  dispose(): void {
+    this.model.off('msg:custom', this._onMessage);
+    this._views.clear();
+  }
+
+  private _receive(raw: unknown): void {
+    const msg = raw as IRecordsMessage | null;
+    if (msg === null || typeof msg !== 'object' || msg.kind !== 'records') {
       return;
     }
     if (msg.reset) {
@@ -84,62 +90,78 @@ export class LiveRunModel extends DOMWidgetModel {
     this.records.push(...msg.records);
     this.summary = msg.summary ?? this.summary;
     this.skew = Date.now() / 1000 - msg.clock;
-    this.trigger('dn:records', msg);
+    for (const view of this._views) {
+      view(msg);
+    }
   }
 }
 
-export class LiveRunView extends DOMWidgetView {
-  declare model: LiveRunModel;
+/** One view of a live run: header, per-rank states, the chart; the final picture. */
+export class LiveRunView {
   private readonly _chart = new ChartView();
   private readonly _title = h('span', 'dn-live-title');
   private readonly _state = h('span', 'dn-live-state');
   private readonly _progress = h('span', 'dn-live-progress');
   private readonly _ranks = h('div', 'dn-live-ranks');
+  private readonly _final = h('div', 'dn-live-final');
   private readonly _stop = h(
     'button',
     'dn-live-stop jp-mod-styled jp-mod-warn',
     'Stop'
   );
+  private readonly _onChange = (): void => this._header();
+  private readonly _unlisten: () => void;
   private _timer: number | null = null;
 
-  render(): void {
-    this.el.classList.add('dn-live');
+  constructor(
+    readonly model: ILiveModel,
+    readonly store: LiveStore,
+    readonly el: HTMLElement
+  ) {
+    el.classList.add('dn-live');
     const header = h('div', 'dn-live-header');
     header.append(this._title, this._state, this._progress, this._stop);
-    this.el.append(header, this._ranks, this._chart.node);
+    this._final.hidden = true;
+    el.append(header, this._ranks, this._chart.node, this._final);
     this._stop.addEventListener('click', () => {
       this._stop.disabled = true;
       setText(this._stop, 'Stopping…');
-      this.model.send({ kind: 'stop' });
+      model.send({ kind: 'stop' });
     });
     this._chart.onDraw = info => this._log(info);
-    this._chart.addRecords(this.model.records);
-    this._chart.setSummary(this.model.summary);
-    this.listenTo(this.model, 'dn:records', (msg: IRecordsMessage) => {
+    this._chart.addRecords(store.records);
+    this._chart.setSummary(store.summary);
+    this._unlisten = store.listen(msg => {
       if (msg.reset) {
         this._chart.clear();
       }
       this._chart.addRecords(msg.records);
-      this._chart.setSummary(this.model.summary);
+      this._chart.setSummary(store.summary);
       this._header();
     });
-    this.listenTo(this.model, 'change', () => this._header());
+    for (const name of TRAITS) {
+      model.on(`change:${name}`, this._onChange);
+    }
     this._header();
     this._timer = window.setInterval(() => this._header(), 1000);
   }
 
-  remove(): this {
+  dispose(): void {
     if (this._timer !== null) {
       window.clearInterval(this._timer);
       this._timer = null;
     }
-    return super.remove();
+    for (const name of TRAITS) {
+      this.model.off(`change:${name}`, this._onChange);
+    }
+    this._unlisten();
+    this._chart.dispose();
   }
 
   private _log(info: IDrawInfo): void {
     const log = window.__dnLiveLog;
     if (log !== undefined) {
-      const now = Date.now() / 1000 - this.model.skew;
+      const now = Date.now() / 1000 - this.store.skew;
       log.push({
         at: Date.now() / 1000,
         latencies: info.recordTimes.map(t => now - t),
@@ -148,18 +170,35 @@ export class LiveRunView extends DOMWidgetView {
     }
   }
 
+  /** The kernel's final picture (its own HTML: an image and a table), once set. */
+  private _showFinal(html: string): void {
+    if (this._final.dataset.html === html) {
+      return;
+    }
+    this._final.dataset.html = html;
+    // Written by the kernel from the run's own numbers (final.py escapes every text).
+    this._final.innerHTML = html;
+    this._final.hidden = false;
+    this._chart.node.hidden = true;
+    this._ranks.hidden = true;
+  }
+
   private _header(): void {
     const m = this.model;
     const state = String(m.get('state'));
-    const summary = m.summary;
-    const now = Date.now() / 1000 - m.skew;
+    const final = String(m.get('final') ?? '');
+    if (final) {
+      this._showFinal(final);
+    }
+    const summary = this.store.summary;
+    const now = Date.now() / 1000 - this.store.skew;
     const elapsed = Math.max(0, now - Number(m.get('started')));
     setText(this._title, String(m.get('name')));
     setText(this._state, state);
     this.el.dataset.state = state;
     const steps = m.get('steps') as number | null;
     const done = summary?.steps_done ?? null;
-    const parts = [`${elapsed.toFixed(0)} s`];
+    const parts = final ? [] : [`${elapsed.toFixed(0)} s`];
     if (done !== null) {
       parts.push(steps ? `step ${done}/${steps}` : `step ${done}`);
       if (steps && done > 0 && done < steps && state === 'running') {
@@ -186,18 +225,3 @@ export class LiveRunView extends DOMWidgetView {
     setText(this._ranks, text.join(' · '));
   }
 }
-
-/** Registers the live view with the notebook's widget manager. */
-export const liveRunPlugin: JupyterFrontEndPlugin<void> = {
-  id: 'dist-notebook:live-run',
-  description: "The %%dist_train cell's live chart (an ipywidgets view).",
-  autoStart: true,
-  requires: [IJupyterWidgetRegistry],
-  activate: (_app: JupyterFrontEnd, registry: IJupyterWidgetRegistry) => {
-    registry.registerWidget({
-      name: MODULE_NAME,
-      version: MODULE_VERSION,
-      exports: { LiveRunModel, LiveRunView }
-    });
-  }
-};
