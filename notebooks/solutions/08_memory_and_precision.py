@@ -22,13 +22,27 @@ import math
 import torch
 
 
-def loss_scale(min_grad):
+def loss_scale(min_grad, max_grad):
     tiny = torch.finfo(torch.float16).tiny  # 2**-14, the smallest normal float16
+    top = torch.finfo(torch.float16).max  # 65504
+    lift = 2.0 ** max(0, math.ceil(math.log2(tiny / min_grad)))  # smallest scale lifting min_grad
+    safe = 2.0 ** math.floor(math.log2(top / max_grad))  # largest scale that does not overflow
+    return min(lift, safe)
+
+
+# %% loss_scale wrong: lifts the smallest gradient and ignores the largest, which then overflows
+import math
+
+import torch
+
+
+def loss_scale(min_grad, max_grad):
+    tiny = torch.finfo(torch.float16).tiny
     return 2.0 ** max(0, math.ceil(math.log2(tiny / min_grad)))
 
 
 # %% loss_scale wrong: always GradScaler's initial 2**16
-def loss_scale(min_grad):
+def loss_scale(min_grad, max_grad):
     return 2.0**16
 
 
@@ -36,5 +50,14 @@ def loss_scale(min_grad):
 import math
 
 
-def loss_scale(min_grad):
-    return 2.0 ** max(0, math.ceil(math.log2(2.0**-24 / min_grad)))
+def loss_scale(min_grad, max_grad):
+    safe = 2.0 ** math.floor(math.log2(65504 / max_grad))
+    return min(2.0 ** max(0, math.ceil(math.log2(2.0**-24 / min_grad))), safe)
+
+
+# %% loss_scale wrong: the largest scale that does not overflow, even where a smaller one fits
+import math
+
+
+def loss_scale(min_grad, max_grad):
+    return 2.0 ** math.floor(math.log2(65504 / max_grad))
