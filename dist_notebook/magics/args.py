@@ -32,10 +32,18 @@ HELP = argument("-h", "--help", action="store_true", help="show this help and re
 
 
 class _Formatter(MagicHelpFormatter):
-    """IPython's magic help, with a plain ``usage:`` line (IPython's is a reST block)."""
+    """IPython's magic help, with a plain ``usage:`` line (IPython's is a reST block), and
+    every flag's default."""
 
     def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = "usage: ") -> None:
         argparse.RawDescriptionHelpFormatter.add_usage(self, usage, actions, groups, prefix)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        """The flag's help, with its default when the help does not say it already."""
+        text = action.help or ""
+        if "default" not in text and action.default not in (None, False, argparse.SUPPRESS):
+            text += " (default: %(default)s)"
+        return text
 
 
 class help_text(kwds):  # noqa: N801 (a decorator, named like IPython's)

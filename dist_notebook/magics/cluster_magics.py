@@ -110,22 +110,37 @@ class ClusterMagics(Magics):
 
     @magic_arguments("%dist_cluster")
     @HELP
-    @argument("action", nargs="?", default="status", choices=ACTIONS, help="what to do")
-    @argument("count", nargs="?", type=positive_int, help="with scale: the new number of ranks")
+    @argument(
+        "action", nargs="?", default="status", choices=ACTIONS, help="what to do (default: status)"
+    )
+    @argument(
+        "count",
+        nargs="?",
+        type=positive_int,
+        help="with scale: the new number of ranks (no default)",
+    )
     @argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
     @exclusive(
-        argument("--gpus", type=int_list, metavar="IDS", help="GPU ids, one per rank, e.g. 0,1"),
+        argument(
+            "--gpus",
+            type=int_list,
+            metavar="IDS",
+            help="GPU ids, one per rank, e.g. 0,1 (default: every visible GPU, or -n of them)",
+        ),
         argument("--cpu", action="store_true", help="CPU ranks (gloo) even if GPUs exist"),
     )
     @argument(
-        "--backend", default="auto", choices=("auto", "nccl", "gloo"), help="process group backend"
+        "--backend",
+        default="auto",
+        choices=("auto", "nccl", "gloo"),
+        help="process group backend (default: auto, nccl on GPUs and gloo on CPU)",
     )
     @argument(
         "--timeout",
         type=positive_float,
         default=30.0,
         metavar="S",
-        help="collective timeout, seconds",
+        help="collective timeout in seconds (default: 30)",
     )
     @argument(
         "--threads",
@@ -133,7 +148,7 @@ class ClusterMagics(Magics):
         metavar="K",
         help="threads per rank (default: cores / ranks)",
     )
-    @argument("--ip", metavar="ADDR", help="address to listen on (default loopback)")
+    @argument("--ip", metavar="ADDR", help="address to listen on (default: 127.0.0.1, loopback)")
     @flags_from(add_remote_flags)
     @argument(
         "--auto-restart", action="store_true", help="replace a rank's engine by itself when it dies"
@@ -150,7 +165,7 @@ class ClusterMagics(Magics):
         "--launcher",
         default="local",
         choices=("local", "mpi", "ssh", "slurm"),
-        help="ipyparallel launcher",
+        help="ipyparallel launcher (default: local, this machine)",
     )
     @help_text(EXAMPLES)
     @line_magic

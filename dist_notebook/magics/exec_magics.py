@@ -48,13 +48,18 @@ class ExecMagics(Magics):
 
     @magic_arguments("%%dist")
     @HELP
-    @argument("--ranks", type=int_list, metavar="LIST", help="only these ranks, e.g. 0,2")
+    @argument(
+        "--ranks",
+        type=int_list,
+        metavar="LIST",
+        help="only these ranks, e.g. 0,2 (default: every rank)",
+    )
     @argument("--no-stream", action="store_true", help="show output at the end, folded")
     @argument(
         "--timeout",
         type=positive_float,
         metavar="S",
-        help="interrupt the ranks after this many seconds",
+        help="interrupt the ranks after this many seconds (default: none, no limit)",
     )
     @help_text(DIST_EXAMPLES)
     @cell_magic
@@ -98,7 +103,7 @@ class ExecMagics(Magics):
     @HELP
     @argument("expression", nargs="*", help="an expression evaluated on the rank(s)")
     @exclusive(
-        argument("--rank", type=int, default=0, help="the rank to pull from (default 0)"),
+        argument("--rank", type=int, default=0, help="the rank to pull from (default: 0)"),
         argument("--all", action="store_true", help="pull from every rank: {rank: value}"),
     )
     @help_text(PULL_EXAMPLES)

@@ -12,13 +12,24 @@ from .args import MagicParser, positive_int
 
 
 def add_remote_flags(p: MagicParser) -> None:
-    p.add_argument("--interface", help="listen on this network interface's address (e.g. eth1)")
-    p.add_argument("--hosts", help="ssh/mpi: HOST[:N],HOST[:N] ranks per host, e.g. n1:2,n2:2")
-    p.add_argument("--nodes", type=positive_int, help="slurm: number of nodes")
-    p.add_argument("--gpus-per-node", type=positive_int, help="remote: GPUs (= ranks) per node")
-    p.add_argument("--partition", help="slurm: partition")
-    p.add_argument("--time", help="slurm: time limit, e.g. 1:00:00")
-    p.add_argument("--account", help="slurm: account to charge")
+    p.add_argument(
+        "--interface",
+        help="listen on this network interface's address, e.g. eth1 (default: --ip, else loopback)",
+    )
+    p.add_argument(
+        "--hosts",
+        help="ssh/mpi: HOST[:N],HOST[:N] ranks per host, e.g. n1:2,n2:2 (no default: ssh and mpi "
+        "need it; N default 1)",
+    )
+    p.add_argument("--nodes", type=positive_int, help="slurm: number of nodes (default: 1)")
+    p.add_argument(
+        "--gpus-per-node",
+        type=positive_int,
+        help="remote: GPUs (= ranks) per node (default: none, CPU ranks)",
+    )
+    p.add_argument("--partition", help="slurm: partition (default: Slurm's default partition)")
+    p.add_argument("--time", help="slurm: time limit, e.g. 1:00:00 (default: the partition's)")
+    p.add_argument("--account", help="slurm: account to charge (default: your default account)")
 
 
 def local_ip(args: Any) -> str:

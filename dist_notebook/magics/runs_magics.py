@@ -41,7 +41,11 @@ def parse_date(text: str) -> float:
 class RunsMagics(Magics):
     @magic_arguments("%dist_runs")
     @HELP
-    @argument("--state", choices=[s.value for s in RunState], help="only runs in this state")
+    @argument(
+        "--state",
+        choices=[s.value for s in RunState],
+        help="only runs in this state (default: every state)",
+    )
     @argument("--delete", metavar="NAME", help="delete the runs with this name (or this id)")
     @argument(
         "--prune-before",

@@ -94,8 +94,18 @@ class TrainMagics(Magics):
     @magic_arguments("%%dist_train")
     @HELP
     @argument("--name", help="a name for the run (default: run-HHMMSS-xxxx)")
-    @argument("--steps", type=positive_int, metavar="N", help="total steps, for progress and ETA")
-    @argument("--ranks", type=int_list, metavar="LIST", help="only these ranks, e.g. 0,1")
+    @argument(
+        "--steps",
+        type=positive_int,
+        metavar="N",
+        help="total steps, for progress and ETA (default: none, no ETA)",
+    )
+    @argument(
+        "--ranks",
+        type=int_list,
+        metavar="LIST",
+        help="only these ranks, e.g. 0,1 (default: every rank)",
+    )
     @argument("--no-dashboard", action="store_true", help="no live widgets, text only")
     @argument(
         "--background",
@@ -103,21 +113,26 @@ class TrainMagics(Magics):
         help="return at once; the run goes on and the dashboard follows it",
     )
     @argument(
-        "--timeout", type=positive_float, metavar="S", help="stop the run after this many seconds"
+        "--timeout",
+        type=positive_float,
+        metavar="S",
+        help="stop the run after this many seconds (default: none, no limit)",
     )
     @argument(
         "--checkpoint-every",
         type=positive_int,
         metavar="N",
-        help="save a checkpoint every N steps (use checkpointer() in the cell)",
+        help="save a checkpoint every N steps, with checkpointer() in the cell (default: none)",
     )
-    @argument("--checkpoint-dir", metavar="DIR", help="where (default: checkpoints/NAME)")
+    @argument(
+        "--checkpoint-dir", metavar="DIR", help="where checkpoints go (default: checkpoints/NAME)"
+    )
     @argument("--resume", action="store_true", help="start from the latest checkpoint")
     @argument(
         "--tensorboard",
         metavar="DIR",
         help="write every rank's metrics live as TensorBoard event files under DIR"
-        " (pip install 'dist-notebook[tensorboard]')",
+        " (default: none; pip install 'dist-notebook[tensorboard]')",
     )
     @argument(
         "--mlflow",

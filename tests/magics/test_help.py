@@ -177,3 +177,35 @@ def test_runs_usage_errors(shell: Any, own_store: Path, line: str, fix: str) -> 
     with pytest.raises(UsageError) as info:
         shell.run_line_magic("dist_runs", line)
     assert fix in str(info.value)
+
+
+# Flags that do something rather than set something: there is no default to give.
+COMMANDS = {
+    ("%dist_runs", "--delete"),
+    ("%dist_runs", "--prune-before"),
+    ("%dist_pull", "expression"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAGS) + ["dist_pull"])
+def test_every_flag_gives_its_default(shell: Any, name: str) -> None:
+    import argparse
+
+    magic = shell.find_magic(name, "line") or shell.find_magic(name, "cell")
+    parser = magic.parser
+    helpless = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction)):
+            continue  # an on/off flag is off unless given
+        label = action.option_strings[-1] if action.option_strings else action.dest
+        if (parser.prog, label) in COMMANDS:
+            continue
+        formatter = parser._get_formatter()
+        if "default" not in formatter._expand_help(action):
+            helpless.append(label)
+    assert not helpless, f"{parser.prog}: no default in the help of {helpless}"
+
+
+def test_timeout_help_says_30_seconds(shell: Any) -> None:
+    doc = shell.object_inspect("%dist_cluster")["docstring"]
+    assert "collective timeout in seconds (default: 30)" in " ".join(doc.split())
