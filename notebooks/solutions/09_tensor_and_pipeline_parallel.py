@@ -30,7 +30,7 @@ def bubble_fraction(p, m):
     return (p - 1) / (m + p - 1)
 
 
-# %% bubble wrong: idle slots over working slots, not over the whole step
+# %% bubble wrong: idle over the ideal time, (p - 1) / m (Megatron-LM's figure), where the share of the whole step is asked
 def bubble_fraction(p, m):
     return (p - 1) / m
 
