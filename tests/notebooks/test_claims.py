@@ -1,0 +1,89 @@
+"""Statements in the notebooks' prose that were once wrong, checked against the notebooks'
+own text and code (no kernel): a repeated paragraph or heading, a step count the code does
+not run, a TensorFlow column that describes another strategy.
+
+What a number claims is checked where it is printed, in the notebook's own check cells;
+these are the claims about the text itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "ten": 10}
+
+pytestmark = pytest.mark.notebooks
+
+
+def _cells(path: Path, kind: str) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == kind]
+
+
+def _sentences(markdown: str) -> list[str]:
+    prose = re.sub(r"```.*?```", " ", markdown, flags=re.S)  # code blocks may repeat
+    prose = " ".join(line for line in prose.splitlines() if not line.lstrip().startswith("|"))
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split()))]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_heading_or_sentence_said_twice(path: Path) -> None:
+    """A paragraph pasted twice (notebook 4) or an exercise announced twice (notebook 5)."""
+    seen: dict[str, int] = {}
+    for index, markdown in enumerate(_cells(path, "markdown")):
+        headings = [line.strip() for line in markdown.splitlines() if line.startswith("#")]
+        long_sentences = [s for s in _sentences(markdown) if len(s) >= 80]
+        for text in headings + long_sentences:
+            assert text not in seen, (
+                f"{path.name}: markdown cell {index} repeats {text[:90]!r} "
+                f"(first in markdown cell {seen[text]})"
+            )
+            seen[text] = index
+
+
+def test_06_says_the_steps_it_runs() -> None:
+    path = NOTEBOOKS_DIR / "06_sharded_data_parallel.ipynb"
+    code = "\n".join(_cells(path, "code"))
+    runs = re.search(r"^STEPS = (\d+)$", code, flags=re.M) or re.search(
+        r"def train\(model, steps=(\d+)\)", code
+    )
+    assert runs, "06: no STEPS constant or train(..., steps=N) default found"
+    said = re.findall(
+        r"after (?:the same )?(?:`STEPS` )?\(?(\w+)\)? (?:training |Adam )?steps?\b",
+        " ".join(" ".join(_cells(path, "markdown")).split()),
+    )
+    assert said, "06: the text no longer says after how many steps it counts"
+    for word in said:
+        number = int(word) if word.isdigit() else NUMBERS.get(word)
+        assert number == int(runs.group(1)), (
+            f"06 says 'after {word} ... step(s)', the code runs {runs.group(1)}"
+        )
+
+
+def test_07_mirrored_strategy_column_is_one_process() -> None:
+    """MirroredStrategy is one process on one machine: task ids, TF_CONFIG and chiefs belong
+    to MultiWorkerMirroredStrategy, which a cell of that column must then name."""
+    path = NOTEBOOKS_DIR / "07_from_tensorflow_and_horovod.ipynb"
+    checked = 0
+    for markdown in _cells(path, "markdown"):
+        rows = [line for line in markdown.splitlines() if line.startswith("|")]
+        if not rows:
+            continue
+        header = [c.strip() for c in rows[0].strip("|").split("|")]
+        columns = [i for i, c in enumerate(header) if "`MirroredStrategy`" in c]
+        for row in rows[2:]:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            for i in columns:
+                checked += 1
+                if re.search(r"task_id|task_type|TF_CONFIG|chief", cells[i]):
+                    assert "MultiWorkerMirroredStrategy" in cells[i], (
+                        f"07: the MirroredStrategy column says {cells[i]!r}: that is "
+                        "MultiWorkerMirroredStrategy; say so, or describe the one-process strategy"
+                    )
+    assert checked, "07: no table with a MirroredStrategy column found"
