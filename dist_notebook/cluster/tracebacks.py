@@ -5,6 +5,11 @@ colours included), under a header naming the rank, without ipyparallel's wrapper
 (``[Engine Exception]``, ``[0:execute]``). Every other rank gets one line saying why it
 stopped: the same error, the same kind with its own value, or (another kind, as a peer
 freed from a collective gets) released after the raising rank's error.
+
+Cell numbers are the notebook's: an engine counts the cells it ran itself (``Cell In[2]``
+while the notebook shows ``[10]``). The frame of the cell that failed gets the notebook's
+number of the cell now running; frames of cells the rank ran before get none ("an earlier
+cell"), since the rank's count says nothing of the notebook's.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ BOLD_RED = "\x1b[1;31m"
 RESET = "\x1b[0m"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LINE_MAX = 160  # a released rank's own error, cut to one line
+# IPython's "Cell In[2]", its two words possibly coloured apart.
+_CELL = re.compile(r"Cell((?:\x1b\[[0-9;]*m|\s)*)In\[(\d+)\]")
 
 
 def _plain(text: str) -> str:
@@ -29,13 +36,48 @@ def _one_line(text: str) -> str:
     return line if len(line) <= _LINE_MAX else line[: _LINE_MAX - 3] + "..."
 
 
+def _shell() -> Any:
+    from IPython import get_ipython
+
+    return get_ipython()
+
+
 def _colours() -> bool:
     """Whether the notebook's IPython shows colours (its ``%colors``), as its own
     tracebacks do."""
-    from IPython import get_ipython
-
-    shell = get_ipython()
+    shell = _shell()
     return shell is not None and str(getattr(shell, "colors", "nocolor")).lower() != "nocolor"
+
+
+def notebook_cell() -> int | None:
+    """The number the notebook shows for the cell running now (None: no notebook, or a
+    cell kept out of the history).
+
+    The running cell's own ExecutionResult has it: the shell's ``execution_count`` is
+    already the next cell's in IPython 9 and still this one's in IPython 8.
+    """
+    running = getattr(getattr(_shell(), "displayhook", None), "exec_result", None)
+    count = getattr(running, "execution_count", None)
+    return count if isinstance(count, int) and count > 0 else None
+
+
+def renumber(text: str, cell: int | None) -> str:
+    """*text* (a rank's traceback) with the notebook's cell numbers, not the engine's.
+
+    The first cell frame is the cell that ran (the top of the stack): it becomes
+    ``Cell In[cell]`` (``This cell`` with no number known); any other engine cell number
+    is a cell the rank ran earlier and becomes ``An earlier cell``.
+    """
+    failed: str | None = None
+
+    def name(match: re.Match[str]) -> str:
+        nonlocal failed
+        failed = failed or match.group(2)
+        if match.group(2) != failed:
+            return "An earlier cell"
+        return f"Cell{match.group(1)}In[{cell}]" if cell is not None else "This cell"
+
+    return _CELL.sub(name, text)
 
 
 def render(failures: Sequence[Any], ranks: Sequence[int], hint: str = "") -> list[str]:
@@ -54,8 +96,8 @@ def _render(failures: Sequence[Any], ranks: Sequence[int], hint: str) -> list[st
     else:
         cause = f"rank {first.rank} raised {error.ename}"
         lines = [f"{BOLD_RED}--- rank {first.rank} raised {error.ename} ---{RESET}"]
-        body = error.traceback or f"{error.ename}: {error.evalue}"
-        lines += body.rstrip("\n").splitlines()
+        body = renumber(error.traceback, notebook_cell()) if error.traceback else ""
+        lines += (body or f"{error.ename}: {error.evalue}").rstrip("\n").splitlines()
     by_rank = {f.rank: f.error for f in failures[1:] if f.error is not None}
     for rank in ranks:
         if rank == first.rank or rank not in by_rank:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ipyparallel.error import RemoteError
 
 from dist_notebook.cluster.execute import RankError, RankOutput
+from dist_notebook.cluster.tracebacks import renumber
 
 TB = "Traceback (most recent call last):\n  Cell In[1], line 3\nValueError: bad batch\n"
 
@@ -25,7 +26,8 @@ def test_first_rank_traceback_once_and_why_the_others_stopped() -> None:
     )
     lines = error._render_traceback_()
     assert lines[0] == "--- rank 1 raised ValueError ---"
-    assert lines[1:4] == TB.rstrip("\n").splitlines()
+    # Outside a notebook cell there is no notebook number: none, not the engine's.
+    assert lines[1:4] == TB.replace("Cell In[1]", "This cell").rstrip("\n").splitlines()
     assert lines[4:] == [
         "[rank 0] released after rank 1 raised ValueError (here: RuntimeError: Connection"
         " closed by peer [127.0.0.1]:1234)",
@@ -42,3 +44,55 @@ def test_a_dead_rank_names_itself_and_frees_the_others() -> None:
         f"[rank 0] {died}",
         "[rank 1] released after rank 0 died (here: RuntimeError: reset)",
     ]
+
+
+# --- cell numbers: the notebook's, never the engine's own count --------------------------
+
+ENGINE_TB = (
+    "ZeroDivisionError                         Traceback (most recent call last)\n"
+    "Cell In[2], line 2\n"
+    "      1 y = 2\n"
+    "----> 2 divide(0)\n"
+    "\n"
+    "Cell In[1], line 2, in divide(a)\n"
+    "      1 def divide(a):\n"
+    "----> 2     return 1 / a\n"
+    "\n"
+    "File /usr/lib/python3/site.py:10, in helper()\n"
+    "ZeroDivisionError: division by zero\n"
+)
+
+
+def test_the_failed_cell_gets_the_notebook_number_earlier_cells_none() -> None:
+    text = renumber(ENGINE_TB, 10)
+    assert "Cell In[10], line 2\n" in text
+    assert "An earlier cell, line 2, in divide(a)" in text
+    assert "In[1]" not in text and "In[2]" not in text
+    assert "File /usr/lib/python3/site.py:10, in helper()" in text
+
+
+def test_no_number_without_a_notebook_cell() -> None:
+    text = renumber(ENGINE_TB, None)
+    assert "This cell, line 2\n" in text and "In[" not in text
+
+
+def test_coloured_cell_names_are_renumbered() -> None:
+    coloured = "\x1b[0;32mCell\x1b[0m \x1b[0;32mIn[3]\x1b[0;32m, line 1\x1b[0m\n"
+    assert (
+        renumber(coloured, 7) == "\x1b[0;32mCell\x1b[0m \x1b[0;32mIn[7]\x1b[0;32m, line 1\x1b[0m\n"
+    )
+
+
+def test_rendered_traceback_outside_a_cell_has_no_engine_number() -> None:
+    error = RankError([failure(0, "ZeroDivisionError", "division by zero", ENGINE_TB)], [0, 1])
+    lines = error._render_traceback_()
+    assert not any("In[2]" in line or "In[1]" in line for line in lines), lines
+
+
+def test_the_cell_number_comes_from_the_running_cell(shell: object) -> None:
+    # In the shell's own cell: IPython 9 has already advanced execution_count past it.
+    result = shell.run_cell(  # type: ignore[attr-defined]
+        "from dist_notebook.cluster.tracebacks import notebook_cell\nseen = notebook_cell()",
+        store_history=True,
+    )
+    assert shell.user_ns["seen"] == result.execution_count  # type: ignore[attr-defined]
