@@ -7,6 +7,7 @@ test-artifacts/ui/.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -115,7 +116,14 @@ def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     yield from _lab(tmp_path_factory.mktemp("shared-lab"), "shared")
 
 
-def _lab(tmp_path: Path, name: str) -> Iterator[Lab]:
+@pytest.fixture
+def lab_without_extension(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """A JupyterLab with dist-notebook's labextension disabled (as VS Code, Colab or a hub
+    whose server image lacks it would be): what `jupyter labextension disable` writes."""
+    yield from _lab(tmp_path, request.node.name, disabled=("dist-notebook",))
+
+
+def _lab(tmp_path: Path, name: str, disabled: tuple[str, ...] = ()) -> Iterator[Lab]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "root"
     root.mkdir()
@@ -138,6 +146,12 @@ def _lab(tmp_path: Path, name: str) -> Iterator[Lab]:
     (notification / "notification.jupyterlab-settings").write_text(
         '{"fetchNews": "false", "checkForUpdates": false}'
     )
+    if disabled:
+        labconfig = tmp_path / "jupyter-config" / "labconfig"
+        labconfig.mkdir(parents=True)
+        (labconfig / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(disabled, True)})
+        )
     log = ARTIFACTS / f"{name}-lab.log"
     for _attempt in range(3):
         port = _free_port()  # closed again before the server binds it: retry on a race

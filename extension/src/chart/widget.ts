@@ -104,6 +104,7 @@ export class LiveRunView {
   private readonly _progress = h('span', 'dn-live-progress');
   private readonly _ranks = h('div', 'dn-live-ranks');
   private readonly _final = h('div', 'dn-live-final');
+  private readonly _headerRow = h('div', 'dn-live-header');
   private readonly _stop = h(
     'button',
     'dn-live-stop jp-mod-styled jp-mod-warn',
@@ -119,10 +120,9 @@ export class LiveRunView {
     readonly el: HTMLElement
   ) {
     el.classList.add('dn-live');
-    const header = h('div', 'dn-live-header');
-    header.append(this._title, this._state, this._progress, this._stop);
+    this._headerRow.append(this._title, this._state, this._progress, this._stop);
     this._final.hidden = true;
-    el.append(header, this._ranks, this._chart.node, this._final);
+    el.append(this._headerRow, this._ranks, this._chart.node, this._final);
     this._stop.addEventListener('click', () => {
       this._stop.disabled = true;
       setText(this._stop, 'Stopping…');
@@ -179,6 +179,8 @@ export class LiveRunView {
     // Written by the kernel from the run's own numbers (final.py escapes every text).
     this._final.innerHTML = html;
     this._final.hidden = false;
+    // The picture has its own header line (name, state, time, steps, samples/s).
+    this._headerRow.hidden = true;
     this._chart.node.hidden = true;
     this._ranks.hidden = true;
   }

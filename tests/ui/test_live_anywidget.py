@@ -1,0 +1,177 @@
+"""The cell's live view without dist-notebook's labextension (what VS Code, Colab and a hub
+whose server lacks it amount to): the anywidget module the kernel ships draws the chart,
+a page reloaded mid-run gets the chart back with the whole history, and the end's picture
+appears in that reloaded view, which the kernel's display update cannot reach, and what
+that page saves names the run for readers without widgets.
+
+Screenshots (test-artifacts/ui/): noext-running (the page, mid-run), noext-running-view
+(the cell's view), noext-reloaded (after the reload, mid-run), noext-final (the reloaded
+view at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import ARTIFACTS, PANEL_TAB, shot
+
+expect.set_options(timeout=20_000)
+
+NOTEBOOK = "no-extension.ipynb"
+# In the background: the kernel stays idle, so a reloaded page restores the widget at once.
+TRAIN = """%%dist_train --background --name noext --steps 700
+import time
+import torch, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from dist_notebook import report
+model = DDP(nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(700):
+    x = torch.randn(64, 16)
+    loss = (model(x) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    report(step=i, loss=loss, samples=64)
+    time.sleep(0.03)
+"""
+CELLS = ["%load_ext dist_notebook", "%dist_cluster start -n 2 --cpu", TRAIN]
+KERNEL_IDLE = (
+    "() => window.jupyterapp.shell.currentWidget"
+    "?.sessionContext?.session?.kernel?.status === 'idle'"
+)
+WATCH = "window.__dnLiveLog = [];"
+LINE_DRAWN = re.compile(r"^M.+L.+")
+
+
+def cell(page, index: int):  # type: ignore[no-untyped-def]
+    return page.locator(".jp-NotebookPanel .jp-Cell").nth(index)
+
+
+def open_notebook(page, lab) -> float:  # type: ignore[no-untyped-def]
+    """Open the notebook; the time (monotonic) the page became usable."""
+    page.goto(lab.lab_url(f"lab/tree/{NOTEBOOK}"))
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+    return time.monotonic()
+
+
+def command(page, name: str, args: dict | None = None) -> None:  # type: ignore[no-untyped-def]
+    page.evaluate(
+        "([name, args]) => { void window.jupyterapp.commands.execute(name, args); }",
+        [name, args or {}],
+    )
+
+
+def save(page) -> None:  # type: ignore[no-untyped-def]
+    command(page, "docmanager:save")
+    page.wait_for_function(
+        "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000
+    )
+
+
+def read_saved(path: Path) -> dict:
+    """The notebook file as the server wrote it (a read during its write sees it empty)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # type: ignore[no-untyped-def]
+    lab_without_extension, page
+):
+    lab = lab_without_extension
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    nbformat.write(nb, lab.root / NOTEBOOK)
+    page.add_init_script(WATCH)
+    open_notebook(page, lab)
+    # the labextension is off: no side panel, and nothing of ours registered a widget
+    expect(page.locator(PANEL_TAB)).to_have_count(0)
+    assert not page.evaluate("() => window.jupyterapp.hasPlugin('dist-notebook:plugin')")
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    command(page, "notebook:run-all-cells")
+
+    # mid-run: the anywidget draws both ranks and the header moves
+    live = cell(page, 2).locator(".dn-live")
+    expect(live).to_be_visible(timeout=120_000)
+    expect(live.locator("path.dn-chart-line[data-rank='1']")).to_have_attribute(
+        "d", LINE_DRAWN, timeout=30_000
+    )
+    expect(live.locator(".dn-live-progress")).to_contain_text("step", timeout=30_000)
+    first = live.locator(".dn-live-progress").text_content()
+    expect(live.locator(".dn-live-progress")).not_to_have_text(first or "", timeout=10_000)
+    live.scroll_into_view_if_needed()
+    shot(page, "noext-running")
+    live.screenshot(path=str(ARTIFACTS / "noext-running-view.png"))
+    draws = page.evaluate("() => window.__dnLiveLog.filter(d => d.latencies.length).length")
+    assert draws >= 3, f"the chart drew {draws} times while the run went"
+
+    # reload mid-run after a save: the chart comes back with the run's history
+    save(page)
+    step_before = int(
+        re.findall(r"step (\d+)/", live.locator(".dn-live-progress").text_content() or "")[0]
+    )
+    page.reload()
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+    usable = time.monotonic()
+    # the history, not only what came after the reload: the first steps are drawn again
+    page.wait_for_function(
+        """(want) => {
+          const path = document.querySelector(".dn-live path.dn-chart-line[data-rank='0']");
+          const d = path ? path.getAttribute('d') || '' : '';
+          return d.split(/[ML]/).filter(Boolean).length >= want;
+        }""",
+        arg=min(step_before, 100) // 2,
+        timeout=30_000,
+    )
+    back = time.monotonic() - usable
+    (ARTIFACTS / "noext-reload-seconds.txt").write_text(f"{back:.2f}\n")
+    live = cell(page, 2).locator(".dn-live")
+    assert back < 10, f"the chart came back {back:.1f} s after the page was usable"
+    expect(page.locator(".jp-NotebookPanel")).not_to_contain_text("model not found")
+    live.scroll_into_view_if_needed()
+    shot(page, "noext-reloaded")
+
+    # the end: the reloaded view shows the final picture (the widget's `final` trait)
+    final = cell(page, 2).locator(".dn-live-final img")
+    expect(final).to_be_visible(timeout=120_000)
+    expect(cell(page, 2).locator(".dn-live-final")).to_contain_text("noext: succeeded in")
+    expect(cell(page, 2).locator("svg.dn-chart-svg")).to_be_hidden()
+    cell(page, 2).locator(".dn-live").scroll_into_view_if_needed()
+    shot(page, "noext-final")
+
+    # A page reloaded mid-run holds the widget's output from the file (the kernel's
+    # display update cannot reach it): what it saves names the run for every reader
+    # without widgets, here nbconvert's HTML (as GitHub and nbviewer render it).
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    save(page)
+    saved = read_saved(lab.root / NOTEBOOK)
+    outputs = saved["cells"][2]["outputs"]
+    (ARTIFACTS / "noext-saved-outputs.json").write_text(
+        json.dumps([sorted(o.get("data", {})) for o in outputs])
+    )
+    notes = ["".join(o["data"]["text/html"]) for o in outputs if "text/html" in o.get("data", {})]
+    assert any("load_run(&#x27;noext&#x27;)" in n for n in notes), notes
+    from nbconvert import HTMLExporter
+
+    page_html, _ = HTMLExporter().from_filename(str(lab.root / NOTEBOOK))
+    assert re.search(r"dist_notebook\.load_run\((&#x27;|')noext(&#x27;|')\)", page_html)
+    assert "model not found" not in page_html
