@@ -247,6 +247,8 @@ class TrainMagics(Magics):
                 f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
                 f"{result.records} records"
             )
+        if result.hint:
+            print(result.hint)
         if result.state == RunState.FAILED:
             self.session.after_failure()
         if result.state == RunState.FAILED and result.error is not None and raise_errors:

@@ -27,6 +27,7 @@ from ..protocol import RunState
 from ..store import StoreWriter
 from ..store.recorder import record
 from .collector import Collector
+from .iterators import ended_by_stop, stop_iteration_hint
 
 log = logging.getLogger("dist_notebook")
 
@@ -62,6 +63,7 @@ class RunResult:
     rank_states: dict[int, str] = field(default_factory=dict)
     error: RankError | None = None
     records: int = 0
+    hint: str = ""  # for the end message: e.g. a data iterator the Stop left exhausted
 
     def __repr__(self) -> str:
         took = self.ended - self.started
@@ -280,6 +282,8 @@ class TrainingRun:
             ranks = {r: failed.get(r, "done") for r in self.ranks}
         else:
             state, ranks = RunState.SUCCEEDED, {r: "done" for r in self.ranks}
+        stop_iteration_hint(None if cancelled else error)
+        hint = ended_by_stop(self.cluster, self.ranks, error) if cancelled else ""
         message = None if error is None or cancelled else str(error)
         self._set_state(state, ranks, error=message, failures=error)
         return RunResult(
@@ -292,6 +296,7 @@ class TrainingRun:
             rank_states=ranks,
             error=None if cancelled else error,
             records=collector.received,
+            hint=hint,
         )
 
     def _set_state(
