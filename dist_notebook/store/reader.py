@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,14 @@ from .. import protocol
 from ..protocol import Record, RunSummary
 from .location import store_path
 from .schema import StoreError, columns, connect, metrics_columns
-from .writer import LIVE_CLUSTER, orphan_reason
+from .writer import ENDED_GRACE_S, LIVE_CLUSTER, orphan_reason
 
 # Fields that version 1 of the store kept inside `data` with the user's metrics.
 _V1_SYSTEM = ("step_time", "comm_time", "samples")
+
+
+def ended_reason(cluster_state: str) -> str:
+    return f"its cluster is {cluster_state} and the run's end was never recorded"
 
 
 def _row(row: sqlite3.Row) -> dict[str, Any]:
@@ -81,13 +86,37 @@ class StoreReader:
         return rows
 
     def _mark_runs(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Unfinished runs whose owner is gone read as ``orphaned``: their kernel exited,
+        or their cluster ended more than ``ENDED_GRACE_S`` ago (a run cannot go on without
+        its cluster; its end was never written, as by a kernel before the store kept
+        writes it could not make at once, and it would read ``running`` forever)."""
         live = ("pending", "running")
-        gone = self.orphaned() if any(r["state"] in live for r in rows) else {}
-        for r in rows:
-            if r["state"] in live and r["cluster_id"] in gone:
+        unfinished = [r for r in rows if r["state"] in live]
+        if not unfinished:
+            return rows
+        gone = self.orphaned()
+        ended = self._ended_clusters({r["cluster_id"] for r in unfinished} - set(gone))
+        for r in unfinished:
+            if r["cluster_id"] in gone:
                 r["state"] = protocol.RunState.ORPHANED.value
                 r["error"] = orphan_reason(gone[r["cluster_id"]])
+            elif r["cluster_id"] in ended:
+                r["state"] = protocol.RunState.ORPHANED.value
+                r["error"] = ended_reason(ended[r["cluster_id"]])
         return rows
+
+    def _ended_clusters(self, cluster_ids: set[str]) -> dict[str, str]:
+        """Of *cluster_ids*, those that ended over ENDED_GRACE_S ago: {id: state}."""
+        if not cluster_ids:
+            return {}
+        ids = sorted(cluster_ids)
+        rows = self._query(
+            f"SELECT id, state FROM clusters WHERE id IN ({', '.join('?' * len(ids))})"
+            " AND state IN ('stopped', 'failed', 'orphaned')"
+            " AND COALESCE(stopped, started) < ?",
+            (*ids, time.time() - ENDED_GRACE_S),
+        )
+        return {r["id"]: r["state"] for r in rows}
 
     # clusters ---------------------------------------------------------------
     def clusters(self) -> list[dict[str, Any]]:

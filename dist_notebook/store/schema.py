@@ -7,7 +7,9 @@ owner only (it holds code and metrics of the user's runs).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -86,11 +88,40 @@ class StoreError(RuntimeError):
     """The run store cannot be opened or used; the message names the fix."""
 
 
-def connect(path: Path, *, create: bool) -> sqlite3.Connection:
+class StoreLocked(StoreError):
+    """Another program holds the store locked for longer than a write waits: the write
+    can succeed later, unlike one to a damaged or read-only store."""
+
+
+def is_locked(e: BaseException) -> bool:
+    """Whether a SQLite error is another connection's lock (SQLITE_BUSY or _LOCKED)."""
+    text = str(e).lower()
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
+def is_full(e: BaseException) -> bool:
+    """Whether an error is a full disk (SQLite's SQLITE_FULL, or ENOSPC/EDQUOT)."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(e, sqlite3.Error) and "full" in str(e).lower()
+
+
+def full_disk_message(path: Path, e: BaseException) -> str:
+    return (
+        f"the disk under the run store at {path} is full ({e}): free space there, or set "
+        "DIST_NOTEBOOK_STORE to a file on another disk"
+    )
+
+
+def connect(path: Path, *, create: bool, setup: bool = True) -> sqlite3.Connection:
     """Open the store at *path*; create it (owner-only) when *create* is true.
 
     A store in a read-only directory (a shared or archived one) still opens for reading:
     SQLite cannot create the write-ahead log's index there, so it is opened immutable.
+    With *setup* false the tables are left to ``ensure_schema`` (a writer does that when
+    the store is not locked by another program); a store that is up to date needs no
+    write for it, so opening it never waits for another program's lock.
+    Raises StoreLocked when another program's lock outlasts the wait.
     """
     if not create and not path.exists():
         raise StoreError(
@@ -101,35 +132,74 @@ def connect(path: Path, *, create: bool) -> sqlite3.Connection:
             _create_file(path)
         try:
             conn = _open(str(path), uri=False)
-        except sqlite3.OperationalError:
-            if create or _writable(path.parent):
+        except sqlite3.OperationalError as e:
+            if create or is_locked(e) or _writable(path.parent):
                 raise
             conn = _open(f"{path.resolve().as_uri()}?immutable=1", uri=True)
-        if create:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.executescript(SCHEMA)
-            _migrate(conn)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
+        if create and setup:
+            try:
+                ensure_schema(conn)
+            except BaseException:
+                conn.close()
+                raise
         return conn
     except OSError as e:
+        if is_full(e):
+            raise StoreError(full_disk_message(path, e)) from e
         raise StoreError(
             f"cannot create the run store at {path} ({e.strerror or e}): set "
             "DIST_NOTEBOOK_STORE to a file in a directory you can write"
         ) from e
     except sqlite3.DatabaseError as e:
-        if "readonly" in str(e) or "read-only" in str(e) or not _writable(path.parent):
-            raise StoreError(
-                f"the run store at {path} is read-only ({e}): runs are not recorded; set "
-                "DIST_NOTEBOOK_STORE to a file in a directory you can write"
-            ) from e
-        raise StoreError(
-            f"the run store at {path} cannot be used ({e}); move it away or set "
-            "DIST_NOTEBOOK_STORE to another file"
-        ) from e
+        raise opening_error(path, e) from e
+
+
+def opening_error(path: Path, e: sqlite3.DatabaseError) -> StoreError:
+    """The StoreError for a SQLite error met while opening or setting up the store."""
+    if is_locked(e):
+        return StoreLocked(
+            f"the run store at {path} is locked by another program ({e}); its writes wait"
+            " in memory and are written once it is free"
+        )
+    if is_full(e):
+        return StoreError(full_disk_message(path, e))
+    if "readonly" in str(e) or "read-only" in str(e) or not _writable(path.parent):
+        return StoreError(
+            f"the run store at {path} is read-only ({e}): runs are not recorded; set "
+            "DIST_NOTEBOOK_STORE to a file in a directory you can write"
+        )
+    return StoreError(
+        f"the run store at {path} cannot be used ({e}); move it away or set "
+        "DIST_NOTEBOOK_STORE to another file"
+    )
+
+
+# Every table and index SCHEMA makes: when all exist at this version, opening writes nothing.
+_OBJECTS = frozenset(re.findall(r"IF NOT EXISTS (\w+)", SCHEMA))
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """WAL mode, the tables, and migrations from older versions; writes only what is
+    missing (an up-to-date store is only read, so another program's lock is no wait)."""
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    if _up_to_date(conn):
+        return
+    conn.executescript(SCHEMA)
+    _migrate(conn)
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+        (str(SCHEMA_VERSION),),
+    )
+
+
+def _up_to_date(conn: sqlite3.Connection) -> bool:
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master").fetchall()}
+    if not _OBJECTS <= names:
+        return False
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row is not None and row[0] == str(SCHEMA_VERSION)
 
 
 def _create_file(path: Path) -> None:

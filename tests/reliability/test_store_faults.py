@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -62,22 +64,304 @@ def test_store_damaged_while_open_is_not_blamed_on_a_lock(tmp_path: Path, caplog
     assert len([r for r in caplog.records if "damaged" in r.getMessage()]) == 1
 
 
-def test_locked_store_is_a_clear_error(tmp_path: Path) -> None:
+def test_writes_wait_out_a_lock_in_order(tmp_path: Path, caplog: Any) -> None:
+    """A real second connection holds the store (BEGIN EXCLUSIVE) for longer than a
+    write waits, across a run's start, its records and its end: every write returns
+    (the first after SQLite's wait, the others at once), the user is told once, and once
+    the lock ends everything is stored: the run, its 600 records, its final state."""
+    path = tmp_path / "runs.sqlite"
+    writer = StoreWriter(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    waits = []
+    try:
+        with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+            for call in (
+                lambda: writer.add_cluster(
+                    "c1",
+                    n=2,
+                    backend="gloo",
+                    kernel_pid=os.getpid(),
+                    profile_dir="",
+                    ipp_cluster_id="",
+                ),
+                lambda: writer.add_run(
+                    "r1", name="locked", cluster_id="c1", ranks=[0, 1], steps=300, code=""
+                ),
+                lambda: writer.set_run_state("r1", "running"),
+                *[
+                    (lambda s=s: writer.append_metrics("r1", _records(range(s, s + 30))))
+                    for s in range(0, 300, 30)
+                ],
+                lambda: writer.set_run_state("r1", "succeeded"),
+                lambda: writer.set_cluster_state("c1", "stopped"),
+            ):
+                t0 = time.monotonic()
+                call()
+                waits.append(time.monotonic() - t0)
+        assert writer.pending() == len(waits)
+        reader = StoreReader(path)
+        assert reader.run("r1") is None  # nothing is in the store yet
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert waits[0] < 8, waits  # SQLite's wait (5 s), then the write waits in memory
+    assert max(waits[1:]) < 0.5, waits  # later writes do not wait again
+    told = [r for r in caplog.records if "run store" in r.getMessage()]
+    assert len(told) == 1 and "locked" in told[0].getMessage(), [r.getMessage() for r in told]
+    assert writer.flush(timeout=15) == 0
+    run = reader.run("r1")
+    assert run is not None and run["state"] == "succeeded" and run["ended"] is not None
+    assert len(reader.records("r1")) == 600
+    assert [r.step for r in reader.records("r1") if r.rank == 0] == list(range(300))
+    assert reader.cluster("c1")["state"] == "stopped"
+    reader.close()
+    writer.close()
+
+
+def _records(steps: Any) -> list[Record]:
+    return [
+        Record(rank=rank, step=step, time=float(step), metrics={"loss": 1.0})
+        for step in steps
+        for rank in (0, 1)
+    ]
+
+
+def test_a_writer_opened_on_a_locked_store_records_once_it_is_free(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A lock when the writer opens (a cluster's start) no longer turns recording off
+    for the writer's whole life: it opens, and writes once the lock ends."""
+    path = tmp_path / "runs.sqlite"
+    StoreWriter(path).close()
+    with sqlite3.connect(path) as old:  # a store of an older version: opening it writes
+        old.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    old.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+            t0 = time.monotonic()
+            writer = StoreWriter(path)
+            writer.add_cluster(
+                "c1",
+                n=1,
+                backend="gloo",
+                kernel_pid=os.getpid(),
+                profile_dir="",
+                ipp_cluster_id="",
+            )
+            writer.set_cluster_state("c1", "ready")
+            took = time.monotonic() - t0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert took < 8
+    assert len([r for r in caplog.records if "locked" in r.getMessage()]) == 1
+    assert writer.flush(timeout=15) == 0
+    reader = StoreReader(path)
+    assert reader.cluster("c1")["state"] == "ready"
+    reader.close()
+    writer.close()
+
+
+def test_records_beyond_the_memory_bound_are_given_up_oldest_first(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """Memory stays bounded while the store is locked: the oldest waiting records go
+    (said once, and counted in an event of the run); the run's state changes and its
+    newest records are stored once the lock ends."""
+    from dist_notebook.store import backlog
+
+    monkeypatch.setattr(backlog, "MAX_HELD_BYTES", 20_000)
+    path = tmp_path / "runs.sqlite"
+    writer = StoreWriter(path)
+    writer.add_cluster(
+        "c1", n=2, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+    )
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+            writer.add_run("r1", name="big", cluster_id="c1", ranks=[0, 1], steps=None, code="")
+            for start in range(0, 1000, 50):
+                writer.append_metrics("r1", _records(range(start, start + 50)))
+            writer.set_run_state("r1", "running")
+            writer.set_run_state("r1", "succeeded")
+            assert writer._backlog.held <= 20_000 * 9 // 8 + 50 * 2 * 200
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert writer.flush(timeout=15) == 0
+    reader = StoreReader(path)
+    assert reader.run("r1")["state"] == "succeeded"
+    steps = [r.step for r in reader.records("r1") if r.rank == 0]
+    assert steps and steps[-1] == 999 and steps == list(range(steps[0], 1000))
+    dropped = [e for e in reader.events(run_id="r1") if e["kind"] == "store-records-dropped"]
+    assert len(dropped) == 1 and dropped[0]["message"].startswith(f"{2 * steps[0]} records")
+    given_up = [r for r in caplog.records if "given up" in r.getMessage()]
+    assert len(given_up) == 1, [r.getMessage() for r in caplog.records]
+    reader.close()
+    writer.close()
+
+
+def test_close_says_what_a_lock_kept_from_the_store(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     writer = StoreWriter(path)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        t0 = time.monotonic()
-        with pytest.raises(StoreError, match="cannot write the run store .*locked"):
-            writer.append_metrics("r", [Record(rank=0, step=0, time=0.0, metrics={"loss": 1.0})])
-        assert time.monotonic() - t0 < 10
+        writer.add_event("note", "one")
+        with pytest.raises(StoreError, match="1 writes to the run store .* were not written"):
+            writer.close(timeout=0.5)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    writer.append_metrics(
-        "r", [Record(rank=0, step=0, time=0.0, metrics={"loss": 1.0})]
-    )  # works again
+
+
+def test_a_run_left_running_by_an_ended_cluster_reads_orphaned(tmp_path: Path) -> None:
+    """A run whose end never reached the store (as before writes waited) does not read
+    ``running`` forever once its cluster has ended: it reads orphaned, can be deleted,
+    and the next writer writes it so."""
+    from dist_notebook.store import writer as writer_module
+
+    path = tmp_path / "runs.sqlite"
+    writer = StoreWriter(path)
+    writer.add_cluster(
+        "c1", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+    )
+    writer.add_run("r1", name="stuck", cluster_id="c1", ranks=[0], steps=None, code="")
+    writer.set_run_state("r1", "running")
+    writer.set_cluster_state("c1", "stopped")
+    reader = StoreReader(path)
+    assert reader.run("r1")["state"] == "running"  # just stopped: its end may follow
+    ended = time.time() - writer_module.ENDED_GRACE_S - 1
+    writer._many([("UPDATE clusters SET stopped = ? WHERE id = 'c1'", (ended,))])
+    run = reader.run("r1")
+    assert run["state"] == "orphaned" and "never recorded" in run["error"]
+    assert [r["state"] for r in reader.runs(state="orphaned")] == ["orphaned"]
+    assert writer.close_orphans(lambda pid: True) == 0
+    stored = sqlite3.connect(path).execute("SELECT state FROM runs").fetchall()
+    assert stored == [("orphaned",)]
+    assert writer.prune(time.time() + 1) == (1, 1)
+    reader.close()
+    writer.close()
+
+
+def test_prune_never_holds_the_store_from_a_running_writer(tmp_path: Path) -> None:
+    """Prune of many records goes in small transactions: a training's writer beside it
+    (its own connection, a write every 20 ms) never waits more than ~0.5 s, where one
+    transaction held the store for the whole prune."""
+    path = tmp_path / "runs.sqlite"
+    writer = StoreWriter(path)
+    writer.add_cluster(
+        "old", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+    )
+    writer.set_cluster_state("old", "stopped")
+    writer._many([("UPDATE clusters SET started = 1.0, stopped = 1.0 WHERE id = 'old'", ())])
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for i in range(4):
+        conn.execute(
+            "INSERT INTO runs (id, name, cluster_id, state, started) VALUES (?, ?, 'old',"
+            " 'succeeded', 1.0)",
+            (f"old{i}", f"old{i}"),
+        )
+        conn.executemany(
+            "INSERT INTO metrics (run_id, rank, step, time, data) VALUES (?, 0, ?, 0, '{}')",
+            ((f"old{i}", s) for s in range(ROWS_PER_RUN)),
+        )
+    conn.execute("COMMIT")
+    # What one transaction would hold the store for: the test means nothing below ~1 s.
+    t0 = time.monotonic()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("DELETE FROM metrics WHERE run_id = 'old0'")
+    one = (time.monotonic() - t0) * 4
+    conn.execute("ROLLBACK")
+    conn.close()
+
+    live = StoreWriter(path)
+    live.add_cluster(
+        "now", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+    )
+    live.add_run("r", name="live", cluster_id="now", ranks=[0], steps=None, code="")
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def train() -> None:
+        step = 0
+        while not stop.is_set():
+            t = time.monotonic()
+            live.append_metrics("r", [Record(rank=0, step=step, time=0.0, metrics={})])
+            waits.append(time.monotonic() - t)
+            step += 1
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    try:
+        t0 = time.monotonic()
+        assert writer.prune(before=2.0) == (4, 1)
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert live.pending() == 0  # nothing had to wait in memory
+    reader = StoreReader(path)
+    assert reader.runs() and [r["id"] for r in reader.runs()] == ["r"]
+    assert len(reader.records("r")) == len(waits)
+    assert reader._query("SELECT COUNT(*) AS n FROM metrics WHERE run_id != 'r'")[0]["n"] == 0
+    reader.close()
+    print(
+        f"prune {took:.2f} s, one transaction {one:.2f} s, writes {len(waits)}, max wait"
+        f" {max(waits):.3f} s"
+    )
+    assert max(waits) < 0.5, (
+        f"a write waited {max(waits):.2f} s during a prune of {took:.1f} s (one"
+        f" transaction: {one:.1f} s)"
+    )
+    assert one > 1.0, f"the store is too small to show a long hold ({one:.2f} s)"
+    live.close()
+    writer.close()
+
+
+ROWS_PER_RUN = 500_000
+
+
+def test_the_panel_reaches_the_kernel_after_a_lock(tmp_path: Path, caplog: Any) -> None:
+    """The owning kernel's side of the control queue outlives a lock: opened while the
+    store is locked, take() finds nothing (said once) instead of failing, an answer
+    made while locked is written after, and requests made after the lock are taken."""
+    from dist_notebook.store.control import ControlQueue
+
+    path = tmp_path / "runs.sqlite"
+    StoreWriter(path).close()
+    server = ControlQueue(path)  # the table exists; a request waits for the kernel
+    first = server.request("c1", "interrupt")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+            kernel = ControlQueue(path)
+            polls = []
+            for _ in range(3):
+                t0 = time.monotonic()
+                assert kernel.take("c1") == []
+                polls.append(time.monotonic() - t0)
+            kernel.finish(first, "nothing")  # an answer made while locked is kept
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert max(polls) < 2, polls
+    assert len([r for r in caplog.records if "locked" in r.getMessage()]) == 1
+    assert kernel.take("c1") == [(first, "interrupt")]  # taken and answered at once
+    assert server.answer(first)["result"] == "nothing"
+    second = server.request("c1", "stop")
+    assert kernel.take("c1") == [(second, "stop")]
+    kernel.finish(second, "stopped")
+    assert server.answer(second)["result"] == "stopped"
+    kernel.close()
+    server.close()
 
 
 @pytest.mark.slow
