@@ -34,7 +34,10 @@ from IPython.display import display
 from ..protocol import RunSummary
 from .final import draw_png, final_html, header_text, text_summary
 from .live import LiveFeed, LiveRunWidget
+from .textlive import TextLive, progress_lines
 from .uipoll import CommRoute
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 class Dashboard:
@@ -62,6 +65,7 @@ class Dashboard:
         self.hellos = 0  # models made in front ends: more than one is a late view
         self.final_bundle: dict[str, Any] | None = None
         self._handle: Any = None
+        self.text: TextLive | None = None
         self._finished = False
         run.on_state(self._on_state)
 
@@ -90,17 +94,26 @@ class Dashboard:
 
     def show(self) -> None:
         text, markup = self.note()
-        bundle = {
-            "application/vnd.jupyter.widget-view+json": {
-                "version_major": 2,
-                "version_minor": 0,
-                "model_id": self.widget.model_id,
-            },
-            "text/plain": text,
-            "text/html": markup,
-        }
+        view = {"version_major": 2, "version_minor": 0, "model_id": self.widget.model_id}
+        bundle = {WIDGET_MIME: view, "text/plain": text, "text/html": markup}
         self._handle = display(bundle, raw=True, display_id=True)
         self.feed.start()
+        # Where no front end draws widgets: the progress as text, in the same output.
+        from IPython import get_ipython
+
+        in_kernel = getattr(get_ipython(), "kernel", None) is not None
+        self.text = TextLive(
+            self._progress,
+            lambda: self.hellos > 0,
+            self._handle if in_kernel else None,
+            view,
+        )
+        self.text.start()
+
+    def _progress(self) -> list[str]:
+        if self.run.state.value not in ("pending", "running"):
+            return []  # the end's picture says the rest
+        return progress_lines(self.run.name, self.summary(), self.run.metrics, self.run.started)
 
     def _on_state(self) -> None:
         if self._finished:
@@ -126,6 +139,8 @@ class Dashboard:
             return
         self._finished = True
         self.feed.stop()
+        if self.text is not None:
+            self.text.stop()
         summary = self.summary()
         started = result.started if result is not None else self.run.started
         ended = result.ended if result is not None else time.time()

@@ -38,7 +38,7 @@ def rank_color(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
 
 
-def _metric(metrics: RunMetrics) -> str | None:
+def main_metric(metrics: RunMetrics) -> str:
     """The metric to draw: loss if any rank reported it, else the first one reported."""
     names: list[str] = []
     for rank in metrics.ranks:
@@ -66,7 +66,7 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     FigureCanvasAgg(figure)
     curve_ax, bar_ax = figure.subplots(1, 2, width_ratios=(3, 2))
     figure.subplots_adjust(left=0.08, right=0.97, bottom=0.15, top=0.88, wspace=0.3)
-    name = _metric(metrics)
+    name = main_metric(metrics)
     if name is not None:
         for rank in metrics.ranks:
             xs, ys = _thin(*metrics.series(rank, name))
