@@ -28,6 +28,7 @@ ACTIONS = ("interrupt", "stop")
 # watcher (dist_notebook/magics/control.py), which then looks again.
 TAKE_BUSY_MS = 200
 BUSY_MS = 5000
+TELL_AFTER_S = 5.0  # a lock this long is said (once): as long as a write waits for one
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS control (
@@ -57,6 +58,7 @@ class ControlQueue:
         self._conn: sqlite3.Connection | None = None
         self._answers: list[tuple[int, str, str | None, float]] = []
         self._locked_since: float | None = None
+        self._told = False
         try:
             self._connection()
         except StoreLocked:
@@ -92,15 +94,24 @@ class ControlQueue:
             raise StoreError(f"cannot use the run store at {self.path} ({e})") from e
 
     def _locked(self, doing: str) -> None:
-        """Say once per lock that the panel's requests wait for it."""
+        """Say once per lock, when it has lasted ``TELL_AFTER_S``, that the panel's
+        requests wait for it (a prune's short transactions never make it say so)."""
+        now = time.monotonic()
         if self._locked_since is None:
-            self._locked_since = time.monotonic()
+            self._locked_since = now
+        elif not self._told and now - self._locked_since >= TELL_AFTER_S:
+            self._told = True
             log.warning(
                 "the run store at %s is locked by another program (%s): the panel's Stop and"
                 " Interrupt reach this kernel once it is free",
                 self.path,
                 doing,
             )
+
+    def _free(self) -> None:
+        if self._told:
+            log.info("the run store at %s is free again: the panel reaches this kernel", self.path)
+        self._locked_since, self._told = None, False
 
     # the server's side --------------------------------------------------------
     def request(self, cluster_id: str, action: str) -> int:
@@ -168,9 +179,7 @@ class ControlQueue:
         except StoreLocked:
             self._locked("taking requests")
             return []
-        if self._locked_since is not None:
-            log.info("the run store at %s is free again: the panel reaches this kernel", self.path)
-            self._locked_since = None
+        self._free()
         return taken
 
     def finish(self, seq: int, result: str, error: str | None = None) -> None:
