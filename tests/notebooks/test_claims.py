@@ -47,29 +47,29 @@ def test_no_heading_or_sentence_said_twice(path: Path) -> None:
             seen[text] = index
 
 
-def test_06_says_the_steps_it_runs() -> None:
-    path = NOTEBOOKS_DIR / "06_sharded_data_parallel.ipynb"
+def test_07_says_the_steps_it_runs() -> None:
+    path = NOTEBOOKS_DIR / "07_sharded_data_parallel.ipynb"
     code = "\n".join(_cells(path, "code"))
     runs = re.search(r"^STEPS = (\d+)$", code, flags=re.M) or re.search(
         r"def train\(model, steps=(\d+)\)", code
     )
-    assert runs, "06: no STEPS constant or train(..., steps=N) default found"
+    assert runs, "07: no STEPS constant or train(..., steps=N) default found"
     said = re.findall(
         r"after (?:the same )?(?:`STEPS` )?\(?(\w+)\)? (?:training |Adam )?steps?\b",
         " ".join(" ".join(_cells(path, "markdown")).split()),
     )
-    assert said, "06: the text no longer says after how many steps it counts"
+    assert said, "07: the text no longer says after how many steps it counts"
     for word in said:
         number = int(word) if word.isdigit() else NUMBERS.get(word)
         assert number == int(runs.group(1)), (
-            f"06 says 'after {word} ... step(s)', the code runs {runs.group(1)}"
+            f"07 says 'after {word} ... step(s)', the code runs {runs.group(1)}"
         )
 
 
-def test_07_mirrored_strategy_column_is_one_process() -> None:
+def test_11_mirrored_strategy_column_is_one_process() -> None:
     """MirroredStrategy is one process on one machine: task ids, TF_CONFIG and chiefs belong
     to MultiWorkerMirroredStrategy, which a cell of that column must then name."""
-    path = NOTEBOOKS_DIR / "07_from_tensorflow_and_horovod.ipynb"
+    path = NOTEBOOKS_DIR / "11_from_tensorflow_and_horovod.ipynb"
     checked = 0
     for markdown in _cells(path, "markdown"):
         rows = [line for line in markdown.splitlines() if line.startswith("|")]
@@ -83,7 +83,7 @@ def test_07_mirrored_strategy_column_is_one_process() -> None:
                 checked += 1
                 if re.search(r"task_id|task_type|TF_CONFIG|chief", cells[i]):
                     assert "MultiWorkerMirroredStrategy" in cells[i], (
-                        f"07: the MirroredStrategy column says {cells[i]!r}: that is "
+                        f"11: the MirroredStrategy column says {cells[i]!r}: that is "
                         "MultiWorkerMirroredStrategy; say so, or describe the one-process strategy"
                     )
-    assert checked, "07: no table with a MirroredStrategy column found"
+    assert checked, "11: no table with a MirroredStrategy column found"

@@ -1,4 +1,4 @@
-# Solutions to the exercises of notebook 11, and plausible wrong answers the checks reject.
+# Solutions to the exercises of 10_many_machines.ipynb, and plausible wrong answers the checks reject.
 
 # %% ranks
 def global_rank(node_rank, local_rank, nproc_per_node):

@@ -1,4 +1,4 @@
-# Solutions to the exercises of notebook 09, and plausible wrong answers the checks reject.
+# Solutions to the exercises of 08_tensor_and_pipeline_parallel.ipynb, and plausible wrong answers the checks reject.
 
 # %% tp_shapes
 def tp_local_shape(shape, style, world_size):

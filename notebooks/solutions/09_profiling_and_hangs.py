@@ -1,4 +1,4 @@
-# Solutions to the exercises of notebook 10, and plausible wrong answers the checks reject.
+# Solutions to the exercises of 09_profiling_and_hangs.ipynb, and plausible wrong answers the checks reject.
 
 # %% straggler
 def find_straggler(summaries):

@@ -1,4 +1,4 @@
-# Solutions to the exercises of notebook 08, and plausible wrong answers the checks reject.
+# Solutions to the exercises of 06_memory_and_precision.ipynb, and plausible wrong answers the checks reject.
 
 # %% state_bytes
 def state_bytes_per_param(optimizer):
