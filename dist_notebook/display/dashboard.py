@@ -32,7 +32,7 @@ from typing import Any
 from IPython.display import display
 
 from ..protocol import RunSummary
-from .final import draw_png, final_html, header_text, text_summary
+from .final import draw_png, final_html, header_text, last_values, text_summary
 from .live import LiveFeed, LiveRunWidget
 from .textlive import TextLive, progress_lines
 from .uipoll import CommRoute
@@ -147,10 +147,11 @@ class Dashboard:
         header = header_text(self.run.name, summary, ended - started)
         states = dict(self.run.rank_states)
         png = draw_png(self.run.metrics, summary)
+        values = last_values(self.run.metrics)
         self.final_bundle = {
             "image/png": base64.b64encode(png).decode(),
-            "text/html": final_html(header, png, summary, states),
-            "text/plain": text_summary(header, summary, states),
+            "text/html": final_html(header, png, summary, states, values),
+            "text/plain": text_summary(header, summary, states, values),
         }
         self.widget.final = self.final_bundle["text/html"]
         if self._handle is not None:

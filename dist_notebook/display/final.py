@@ -3,7 +3,10 @@ an HTML table, so a saved notebook shows the run without a kernel or widget stat
 JupyterLab, in nbconvert's HTML and on GitHub.
 
 Drawn once, when the run ends: the live view is the browser's (``live.py``). Colours are
-the live chart's (one per rank, everywhere); every measure is the run summary's.
+the live chart's (one per rank, everywhere); every measure is the run summary's. Every
+metric the run reported has a panel (the main one, loss if reported, first) and a column.
+The PNG is transparent with grey text and axes, so it reads on a light and a dark theme;
+a run without values says so instead of drawing empty axes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import html
 import io
 import math
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -31,20 +35,44 @@ PALETTE = (
     "#bcbd22",
 )
 STRAGGLER = "#d62728"
+INK = "#808080"  # text, axes and the mean: readable on white and on JupyterLab Dark
 MAX_POINTS = 1000  # per line: more points than pixels only costs drawing time
+MAX_PANELS = 6  # metric panels in the picture; the table has every metric
 
 
 def rank_color(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
 
 
+def metric_names(metrics: RunMetrics) -> list[str]:
+    """Every metric a rank reported, in the order they first came; loss first."""
+    names: dict[str, None] = {}
+    for rank in metrics.ranks:
+        for rec in metrics.records(rank):
+            for key in rec.metrics:
+                names.setdefault(key, None)
+    ordered = list(names)
+    if "loss" in names:
+        ordered.remove("loss")
+        ordered.insert(0, "loss")
+    return ordered
+
+
 def main_metric(metrics: RunMetrics) -> str:
     """The metric to draw: loss if any rank reported it, else the first one reported."""
-    names: list[str] = []
+    names = metric_names(metrics)
+    return names[0] if names else "loss"
+
+
+def last_values(metrics: RunMetrics) -> dict[int, dict[str, float]]:
+    """Each rank's last reported value of each metric."""
+    out: dict[int, dict[str, float]] = {}
     for rank in metrics.ranks:
-        for rec in metrics.records(rank)[:1]:
-            names.extend(k for k in rec.metrics if k not in names)
-    return "loss" if "loss" in names or not names else names[0]
+        values: dict[str, float] = {}
+        for rec in metrics.records(rank):
+            values.update(rec.metrics)
+        out[rank] = values
+    return out
 
 
 def _thin(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
@@ -60,29 +88,52 @@ def _gaps(ys: list[float]) -> list[float]:
     return [y if math.isfinite(y) else math.nan for y in ys]
 
 
-def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
-    """Curves per rank plus the mean (left), samples/s per rank (right) as PNG bytes."""
-    figure = Figure(figsize=(9, 3.2), dpi=80)
-    FigureCanvasAgg(figure)
-    curve_ax, bar_ax = figure.subplots(1, 2, width_ratios=(3, 2))
-    figure.subplots_adjust(left=0.08, right=0.97, bottom=0.15, top=0.88, wspace=0.3)
-    name = main_metric(metrics)
-    if name is not None:
-        for rank in metrics.ranks:
-            xs, ys = _thin(*metrics.series(rank, name))
-            if xs:
-                curve_ax.plot(xs, _gaps(ys), lw=1, color=rank_color(rank), label=f"rank {rank}")
-        xs, ys = _thin(*metrics.mean_series(name))
-        if xs and len(metrics.ranks) > 1:
-            curve_ax.plot(xs, _gaps(ys), lw=2, ls="--", color="#333", label="mean")
-        curve_ax.set_title(name)
-        curve_ax.set_xlabel("step")
-        if curve_ax.lines:
-            curve_ax.legend(fontsize=8, loc="upper right")
+def _style(ax: Axes) -> None:
+    ax.set_facecolor("none")
+    ax.tick_params(colors=INK, labelsize=8)
+    for spine in ax.spines.values():
+        spine.set_color(INK)
+    ax.title.set_color(INK)
+    ax.xaxis.label.set_color(INK)
+
+
+def _nothing(ax: Axes, what: str) -> None:
+    """An empty panel that says what is missing (no 0..1 axes standing for nothing)."""
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, what, ha="center", va="center", color=INK, transform=ax.transAxes)
+
+
+def _curves(ax: Axes, metrics: RunMetrics, name: str, legend: bool) -> None:
+    drawn = False
+    for rank in metrics.ranks:
+        xs, ys = _thin(*metrics.series(rank, name))
+        if any(math.isfinite(y) for y in ys):
+            ax.plot(xs, _gaps(ys), lw=1, color=rank_color(rank), label=f"rank {rank}")
+            drawn = True
+    xs, ys = _thin(*metrics.mean_series(name))
+    if drawn and xs and len(metrics.ranks) > 1:
+        ax.plot(xs, _gaps(ys), lw=2, ls="--", color=INK, label="mean")
+    ax.set_title(name, fontsize=10)
+    if not drawn:
+        _nothing(ax, f"no values of {name}")
+        return
+    ax.set_xlabel("step", fontsize=8)
+    if legend:
+        key = ax.legend(fontsize=7, loc="best", framealpha=0, edgecolor=INK)
+        for text in key.get_texts():
+            text.set_color(INK)
+
+
+def _bars(ax: Axes, summary: RunSummary) -> None:
+    ax.set_title("samples/s", fontsize=10)
     ranks = summary.ranks
-    values = [r.samples_per_s or 0.0 for r in ranks]
-    finite = [v if math.isfinite(v) else 0.0 for v in values]
-    bars = bar_ax.barh([f"rank {r.rank}" for r in ranks], finite)
+    values = [r.samples_per_s for r in ranks]
+    finite = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
+    if not any(finite):
+        _nothing(ax, "no samples reported")
+        return
+    bars = ax.barh([f"rank {r.rank}" for r in ranks], finite)
     for bar, r in zip(bars, ranks, strict=True):
         bar.set_color(rank_color(r.rank))
         if r.straggler:
@@ -90,12 +141,37 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
             bar.set_linewidth(3)
     for y, (v, r) in enumerate(zip(finite, ranks, strict=True)):
         label = f" {v:,.0f}/s" + (" straggler" if r.straggler else "")
-        bar_ax.text(v, y, label, va="center", fontsize=8)
-    bar_ax.set_xlim(0, max(finite + [1.0]) * 1.5)
-    bar_ax.invert_yaxis()
-    bar_ax.set_title("samples/s")
+        ax.text(v, y, label, va="center", fontsize=8, color=INK)
+    ax.set_xlim(0, max(finite) * 1.5)
+    ax.invert_yaxis()
+
+
+def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
+    """Every metric's curves per rank plus the mean, and samples/s per rank, as PNG bytes.
+
+    The main metric and the bars share the first row; the other metrics follow, two to a
+    row (up to MAX_PANELS panels)."""
+    names = metric_names(metrics)
+    shown, rest = (names or ["loss"])[:MAX_PANELS], names[MAX_PANELS:]
+    extra_rows = -(-(len(shown) - 1) // 2)
+    figure = Figure(figsize=(9, 3.2 + 2.4 * extra_rows), dpi=80)
+    FigureCanvasAgg(figure)
+    grid = figure.add_gridspec(1 + extra_rows, 2, width_ratios=(3, 2))
+    first = figure.add_subplot(grid[0, 0])
+    if names:
+        _curves(first, metrics, shown[0], legend=True)
+    else:
+        _nothing(first, "no values were reported")
+    _bars(figure.add_subplot(grid[0, 1]), summary)
+    for i, name in enumerate(shown[1:]):
+        _curves(figure.add_subplot(grid[1 + i // 2, i % 2]), metrics, name, legend=False)
+    for ax in figure.axes:
+        _style(ax)
+    if rest:
+        figure.text(0.99, 0.01, f"+{len(rest)} more in the table", ha="right", color=INK)
+    figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 6})
+    figure.savefig(buffer, format="png", transparent=True, pil_kwargs={"compress_level": 6})
     return buffer.getvalue()
 
 
@@ -121,14 +197,38 @@ def header_text(name: str, summary: RunSummary, took: float) -> str:
     return ", ".join(parts)
 
 
-def _row(s: RankSummary, state: str) -> str:
+Values = dict[int, dict[str, float]]  # rank -> metric -> its last value (last_values)
+
+
+def _columns(summary: RunSummary, values: Values | None) -> list[str]:
+    """The metric columns: every metric reported (loss alone without *values*)."""
+    if values is None:
+        return ["loss"]
+    names: dict[str, None] = {}
+    for r in summary.ranks:
+        for key in values.get(r.rank, {}):
+            names.setdefault(key, None)
+    ordered = list(names)
+    if "loss" in names:
+        ordered.remove("loss")
+        ordered.insert(0, "loss")
+    return ordered
+
+
+def _value(s: RankSummary, name: str, values: Values | None) -> float | None:
+    if values is None:
+        return s.last_loss if name == "loss" else None
+    return values.get(s.rank, {}).get(name)
+
+
+def _row(s: RankSummary, state: str, columns: list[str], values: Values | None) -> str:
     mark = " style='color:#d62728;font-weight:bold'" if s.straggler else ""
     cells = [
         str(s.rank),
         html.escape(s.host or "-"),
         html.escape(state),
         _fmt(s.steps_done, "{}"),
-        _fmt(s.last_loss, "{:.4f}"),
+        *(_fmt(_value(s, name, values), "{:.4g}") for name in columns),
         _fmt(s.samples_per_s, "{:,.0f}"),
         _fmt(s.step_time and s.step_time * 1000, "{:.1f}"),
         _fmt(s.comm_share and s.comm_share * 100, "{:.0f}%"),
@@ -137,23 +237,20 @@ def _row(s: RankSummary, state: str) -> str:
     return f"<tr data-rank='{s.rank}'{mark}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def final_html(header: str, png: bytes, summary: RunSummary, states: dict[int, str]) -> str:
-    """The picture and the per-rank table, as one self-contained HTML block."""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "rank",
-            "host",
-            "state",
-            "steps",
-            "loss",
-            "samples/s",
-            "step ms",
-            "comm",
-            "",
-        )
-    )
-    rows = "".join(_row(s, states.get(s.rank, "-")) for s in summary.ranks)
+def final_html(
+    header: str,
+    png: bytes,
+    summary: RunSummary,
+    states: dict[int, str],
+    values: Values | None = None,
+) -> str:
+    """The picture and the per-rank table (a column per metric), as one HTML block."""
+    columns = _columns(summary, values)
+    titles = ["rank", "host", "state", "steps", *columns, "samples/s", "step ms", "comm", ""]
+    head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
+    rows = "".join(_row(s, states.get(s.rank, "-"), columns, values) for s in summary.ranks)
+    if values is not None and not any(values.get(r.rank) for r in summary.ranks):
+        rows += f"<tr><td colspan='{len(titles)}'>no values were reported</td></tr>"
     picture = base64.b64encode(png).decode()
     return (
         f"<div class='dist-notebook-run'><div><b>{html.escape(header)}</b></div>"
@@ -163,12 +260,16 @@ def final_html(header: str, png: bytes, summary: RunSummary, states: dict[int, s
     )
 
 
-def text_summary(header: str, summary: RunSummary, states: dict[int, str]) -> str:
+def text_summary(
+    header: str, summary: RunSummary, states: dict[int, str], values: Values | None = None
+) -> str:
+    columns = _columns(summary, values)
     lines = [header]
     for s in summary.ranks:
+        shown = " ".join(f"{n} {_fmt(_value(s, n, values), '{:.4g}')}" for n in columns)
         lines.append(
             f"rank {s.rank}: {states.get(s.rank, '-')} steps {_fmt(s.steps_done, '{}')} "
-            f"loss {_fmt(s.last_loss, '{:.4f}')} samples/s {_fmt(s.samples_per_s, '{:,.0f}')}"
+            f"{shown} samples/s {_fmt(s.samples_per_s, '{:,.0f}')}"
             + (" straggler" if s.straggler else "")
         )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ import {
   nearest,
   scale,
   smooth,
+  tickFormat,
   ticks,
   toNumber
 } from '../src/chart/data';
@@ -148,6 +149,42 @@ describe('drawing helpers', () => {
   it('makes round ticks, and powers of ten on log axes', () => {
     assert.deepEqual(ticks({ lo: 0, hi: 10 }, 5), [0, 2, 4, 6, 8, 10]);
     assert.deepEqual(ticks({ lo: 0.5, hi: 2000 }, 4, true), [1, 10, 100, 1000]);
+  });
+
+  it('labels at least 3 ticks on narrow linear and log ranges', () => {
+    // the ranges that showed one label: an accuracy, a log loss of 1.3-2.5
+    const acc = ticks({ lo: 0.06, hi: 0.84 }, 4);
+    assert.ok(acc.length >= 3, String(acc));
+    const logLoss = ticks({ lo: 1.3, hi: 2.5 }, 4, true);
+    assert.ok(logLoss.length >= 3, String(logLoss));
+    assert.ok(
+      logLoss.every(v => v >= 1.3 && v <= 2.5),
+      String(logLoss)
+    );
+    for (const [lo, hi] of [
+      [0.98, 1.02],
+      [3, 7],
+      [1e-5, 3e-5],
+      [100, 140]
+    ]) {
+      for (const log of [false, true]) {
+        const t = ticks({ lo, hi }, 4, log);
+        assert.ok(t.length >= 3, `${lo}-${hi} log=${log}: ${t}`);
+      }
+    }
+  });
+
+  it('formats one axis with one format', () => {
+    const f = tickFormat([0, 0.5, 1]);
+    assert.deepEqual([0, 0.5, 1].map(f), ['0.0', '0.5', '1.0']);
+    const g = tickFormat([1.4, 1.6, 1.8]);
+    assert.deepEqual([1.4, 1.6, 1.8].map(g), ['1.4', '1.6', '1.8']);
+    const k = tickFormat([20000, 40000]);
+    assert.deepEqual([20000, 40000].map(k), ['20k', '40k']);
+    const tiny = tickFormat([1e-5, 2e-5, 3e-5]);
+    assert.deepEqual([1e-5, 3e-5].map(tiny), ['1e-5', '3e-5']);
+    const decades = tickFormat([0.01, 0.1, 1]);
+    assert.deepEqual([0.01, 0.1, 1].map(decades), ['0.01', '0.10', '1.00']);
   });
 
   it('finds the nearest point by x', () => {

@@ -377,36 +377,84 @@ export function scale(
   return v => from + (f(v) - d0) * k;
 }
 
-/** About *count* round tick values in *range* (log: powers of ten, then 2 and 5). */
+/** Round values with one step, about *count* of them (at least 3) in *range*. */
+function linearTicks(range: IRange, count: number): number[] {
+  const span = range.hi - range.lo;
+  const raw = span / Math.max(1, count);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const steps = [0.1, 0.2, 0.5, 1, 2, 5, 10].map(m => m * mag);
+  let index = steps.findIndex(s => s >= raw);
+  index = index < 0 ? steps.length - 1 : index;
+  for (; ; index--) {
+    const step = steps[index];
+    const out: number[] = [];
+    for (
+      let v = Math.ceil(range.lo / step - 1e-9) * step;
+      v <= range.hi + step * 1e-9;
+      v += step
+    ) {
+      out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    }
+    // Fewer than 3 labels say too little of a range: take the next finer step.
+    if (out.length >= 3 || index === 0) {
+      return out;
+    }
+  }
+}
+
+/**
+ * About *count* round tick values in *range*, never fewer than 3 for a range that is not
+ * empty. Log: powers of ten (with 2 and 5 within three decades); a range too narrow for
+ * 3 of those gets evenly spaced round values, placed on the log scale.
+ */
 export function ticks(range: IRange, count: number, log = false): number[] {
+  if (!(range.hi > range.lo)) {
+    return [range.lo];
+  }
   if (log) {
     const out: number[] = [];
     const e0 = Math.floor(Math.log10(range.lo));
     const e1 = Math.ceil(Math.log10(range.hi));
-    const mults = e1 - e0 <= 2 ? [1, 2, 5] : [1];
+    const mults = e1 - e0 <= 3 ? [1, 2, 5] : [1];
     for (let e = e0; e <= e1; e++) {
       for (const m of mults) {
         const v = m * Math.pow(10, e);
-        if (v >= range.lo && v <= range.hi) {
+        if (v >= range.lo * (1 - 1e-9) && v <= range.hi * (1 + 1e-9)) {
           out.push(v);
         }
       }
     }
-    return out;
+    return out.length >= 3 ? out : linearTicks(range, count).filter(v => v > 0);
   }
-  const span = range.hi - range.lo;
-  const raw = span / Math.max(1, count);
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw) ?? 10 * mag;
-  const out: number[] = [];
-  for (
-    let v = Math.ceil(range.lo / step) * step;
-    v <= range.hi + step * 1e-9;
-    v += step
-  ) {
-    out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  return linearTicks(range, count);
+}
+
+/**
+ * One format for every label of an axis: the same number of decimals (from the smallest
+ * gap between ticks), a common k/M suffix for large values, e-notation for tiny ones.
+ */
+export function tickFormat(values: readonly number[]): (value: number) => string {
+  const finite = values.filter(v => Number.isFinite(v));
+  if (finite.length === 0) {
+    return formatNumber;
   }
-  return out;
+  const top = Math.max(...finite.map(v => Math.abs(v)));
+  let gap = Infinity;
+  for (let i = 1; i < finite.length; i++) {
+    gap = Math.min(gap, Math.abs(finite[i] - finite[i - 1]));
+  }
+  if (!Number.isFinite(gap) || gap === 0) {
+    gap = top || 1;
+  }
+  const [div, suffix] = top >= 1e6 ? [1e6, 'M'] : top >= 1e4 ? [1e3, 'k'] : [1, ''];
+  const tiny = top > 0 && top < 1e-3;
+  if (tiny) {
+    const mag = Math.pow(10, Math.floor(Math.log10(top)));
+    const digits = Math.min(3, Math.max(0, Math.ceil(Math.log10(mag / gap) - 1e-9)));
+    return v => (v === 0 ? '0' : v.toExponential(digits));
+  }
+  const decimals = Math.min(6, Math.max(0, Math.ceil(-Math.log10(gap / div) - 1e-9)));
+  return v => `${(v / div).toFixed(decimals)}${suffix}`;
 }
 
 /** The point of *points* (sorted by x) nearest to *x*, or null. */

@@ -24,6 +24,7 @@ import {
   scale,
   smooth,
   SYSTEM_SERIES,
+  tickFormat,
   ticks,
   XAxis,
   xOf
@@ -269,6 +270,8 @@ export class ChartView {
   ): void {
     const xt = show ? ticks(x, Math.max(2, Math.floor(width / 90))) : [];
     const yt = show ? ticks(y, 4, this.log) : [];
+    const xf = tickFormat(xt);
+    const yf = tickFormat(yt);
     const items = [
       ...xt.map(v => ({ key: `x${v}`, v, axis: 'x' })),
       ...yt.map(v => ({ key: `y${v}`, v, axis: 'y' }))
@@ -294,10 +297,7 @@ export class ChartView {
             y2: HEIGHT - MARGIN.bottom
           });
           setAttrs(text, { x: px, y: HEIGHT - 6, 'text-anchor': 'middle' });
-          setText(
-            text,
-            this.xAxis === 'time' ? `${formatNumber(t.v)} s` : formatNumber(t.v)
-          );
+          setText(text, this.xAxis === 'time' ? `${xf(t.v)} s` : xf(t.v));
         } else {
           const py = sy(t.v).toFixed(1);
           setAttrs(line, { x1: MARGIN.left, x2: width - MARGIN.right, y1: py, y2: py });
@@ -306,7 +306,7 @@ export class ChartView {
             y: Number(py) + 3,
             'text-anchor': 'end'
           });
-          setText(text, formatNumber(t.v));
+          setText(text, yf(t.v));
         }
       }
     );
