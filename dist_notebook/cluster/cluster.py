@@ -193,7 +193,11 @@ class DistCluster(ClusterHealth):
             self.stack_dir = ""
             return
         if not self.stack_dir or not os.path.isdir(self.stack_dir):
-            self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
+            # In the cluster's own (owner-only) profile folder: whoever removes that
+            # folder (a stop, or the controller when the kernel died) removes this too.
+            stacks = Path(own_profile_dir(self.id)) / "stacks"
+            stacks.mkdir(exist_ok=True, mode=0o700)
+            self.stack_dir = str(stacks)
 
     def _remove_stack_dir(self) -> None:
         if self.stack_dir:
@@ -611,8 +615,8 @@ def own_profile_dir(cluster_id: str) -> str:
         try:
             if top is not None:
                 private_dir(top)
-            private_dir(base)
-            private_dir(profile)  # fails on a read-only directory
+            private_dir(base)  # the folder that keeps others out of what is inside
+            profile.mkdir(exist_ok=True, mode=0o700)  # fails on a read-only directory
         except OSError as e:
             log.debug("no profile directory in %s: %s", base, e)
             continue
