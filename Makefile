@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 # torch is installed first and pinned: that release is what the project is tested
 # with; pyproject.toml declares the range it supports.
 TORCH := torch==2.13.0
+# apt-get waits for another apt-get's dpkg lock (up to 10 minutes) instead of failing.
+APT_GET := apt-get -o DPkg::Lock::Timeout=600
 
 .PHONY: venv lab test test-fast lint bench chromium clean
 
@@ -44,12 +46,16 @@ lab: venv ext-build
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+		if [ "$$(id -u)" = 0 ]; then $(APT_GET) update -qq && $(APT_GET) install -y -qq chromium >/dev/null; \
 		else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
 
 # The front end's own unit tests (node --test, a few seconds) run before pytest.
+# The reliability tests then run once more with two busy processes beside the ranks
+# (tests/hogs.py): a hang or a race that only shows under load fails the suite too.
 test: venv ext-build ext-test chromium testhosts
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	DIST_NOTEBOOK_TEST_CPU_HOGS=2 $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
+		tests/reliability tests/integration/test_kernel_exit.py
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/magics tests/integration tests/training

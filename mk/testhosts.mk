@@ -14,7 +14,7 @@ testhosts:
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 		echo "installing the multi-node test hosts' packages (missing:$$missing)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		$(APT_GET) update -qq && DEBIAN_FRONTEND=noninteractive $(APT_GET) install -y -qq \
 			--no-install-recommends $(TESTHOST_PKGS) >/dev/null; \
 	else \
 		echo "multi-node tests will skip: they need root and$$missing (apt-get install $(TESTHOST_PKGS))"; \

@@ -99,11 +99,15 @@ class Descendants:
 
 
 _descendants: Descendants | None = None
+_session_hogs: Any = None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    global _descendants
+    global _descendants, _session_hogs
+    from hogs import from_environment
+
     _descendants = Descendants()
+    _session_hogs = from_environment()  # the whole session under load, when asked
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
@@ -115,6 +119,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the suite if any process it started outlives it (then end those processes)."""
     import psutil
 
+    if _session_hogs is not None:
+        _session_hogs.stop()
     if _descendants is None:
         return
     # The kernel's fork server lives as long as the kernel (here: the session), as
@@ -137,6 +143,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is not None:
         reporter.write_line(message + "\n".join(lines), red=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def cpu_hogs() -> Iterator[Any]:
+    """Two busy processes for the length of one test (tests/hogs.py)."""
+    from hogs import CpuHogs
+
+    hogs = CpuHogs(2)
+    yield hogs
+    hogs.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -31,6 +31,7 @@ import psutil
 from traitlets.config import Config
 
 from ..engine import group
+from ..privatedir import UnsafeDirectoryError, private_dir
 from ..protocol import ClusterState
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
@@ -192,7 +193,11 @@ class DistCluster(ClusterHealth):
             self.stack_dir = ""
             return
         if not self.stack_dir or not os.path.isdir(self.stack_dir):
-            self.stack_dir = tempfile.mkdtemp(prefix=f"dist-notebook-{self.id}-")
+            # In the cluster's own (owner-only) profile folder: whoever removes that
+            # folder (a stop, or the controller when the kernel died) removes this too.
+            stacks = Path(own_profile_dir(self.id)) / "stacks"
+            stacks.mkdir(exist_ok=True, mode=0o700)
+            self.stack_dir = str(stacks)
 
     def _remove_stack_dir(self) -> None:
         if self.stack_dir:
@@ -600,16 +605,23 @@ def own_profile_dir(cluster_id: str) -> str:
 
     Where the store's directory cannot be written (a read-only one: the store never
     stops a cluster), the profile goes to a per-user folder in the temporary directory.
+    The per-user folders there are made owner-only, or reused only when they are this
+    user's and private (dist_notebook.privatedir): a folder another user planted in
+    advance is refused, never used.
     """
     fallback = Path(tempfile.gettempdir()) / f"dist-notebook-{os.getuid()}"
-    for base in (store_path().parent / "ipython", fallback / "ipython"):
+    for top, base in ((None, store_path().parent / "ipython"), (fallback, fallback / "ipython")):
         profile = base / f"cluster-{cluster_id}"
         try:
-            base.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if top is not None:
+                private_dir(top)
+            private_dir(base)  # the folder that keeps others out of what is inside
             profile.mkdir(exist_ok=True, mode=0o700)  # fails on a read-only directory
         except OSError as e:
             log.debug("no profile directory in %s: %s", base, e)
             continue
+        except UnsafeDirectoryError as e:
+            raise ClusterError(str(e)) from None
         return str(profile)
     raise ClusterError(
         f"cannot create a profile directory for the cluster in {store_path().parent} or "

@@ -31,10 +31,34 @@ def _remove_cluster_files() -> None:
 
 
 def _watch_controller_in_child(controller: int) -> None:
-    """In a forked scheduler: end once the controller (our parent) is gone."""
-    from dist_notebook.engine.parent import watch_pid
+    """In a forked scheduler: end once the controller (our parent) is gone (the OS
+    kills it even when no Python thread can run; the watch where the OS cannot)."""
+    from dist_notebook.engine.parent import die_with_parent, watch_pid
 
+    die_with_parent(controller)
     watch_pid(controller)
+
+
+def _clean_up_on_parent_death(parent: int) -> None:
+    """SIGTERM is what the OS sends when the kernel dies (engine/parent.py): then the
+    clean-up, and the end. A SIGTERM while the kernel lives is ipyparallel's stop."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: object) -> None:
+        if os.getppid() != parent:
+            try:
+                _remove_cluster_files()
+            finally:
+                os._exit(3)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 STARTUP_PINGS_S = 10.0  # seconds after the heart monitor starts with pings between beats
@@ -86,9 +110,14 @@ def _register_hearts_sooner() -> None:
 
 def main() -> None:
     import dist_notebook.cluster.reap  # noqa: F401 - loaded now, used at the kernel's death
-    from dist_notebook.engine.parent import watch_parent
+    import signal
 
-    watch_parent(before_exit=_remove_cluster_files)
+    from dist_notebook.engine.parent import named_parent, watch_parent
+
+    parent = named_parent()
+    if parent is not None:
+        _clean_up_on_parent_death(parent)
+    watch_parent(before_exit=_remove_cluster_files, pdeath_signal=signal.SIGTERM)
     _register_hearts_sooner()
     controller = os.getpid()
     os.register_at_fork(after_in_child=lambda: _watch_controller_in_child(controller))

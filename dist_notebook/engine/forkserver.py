@@ -233,8 +233,12 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
 
 
 def main() -> None:
-    from .parent import ENV_VAR
+    from .parent import die_with_parent, named_parent
 
+    parent = named_parent()
+    if parent is not None:
+        # Ended by the OS with the kernel even while torch is being imported below.
+        die_with_parent(parent)
     # Our own stdout is the protocol; anything else printed goes to stderr.
     out = os.dup(1)
     os.dup2(2, 1)
@@ -248,8 +252,7 @@ def main() -> None:
     # before forking.
     gc.freeze()
     _send(out, {"ready": True})
-    named = os.environ.get(ENV_VAR, "")
-    serve(0, out, int(named) if named.isdigit() else None)
+    serve(0, out, parent)
 
 
 if __name__ == "__main__":

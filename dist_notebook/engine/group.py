@@ -18,6 +18,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from . import pgrelease
+
 # The store object must outlive the group that uses it (NCCL exchanges its unique id
 # through the store at the first collective), so rank 0 keeps the latest one here.
 # _store_serial counts the stores hosted, so a guard knows when its store was replaced.
@@ -89,7 +91,11 @@ def destroy_group() -> bool:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        # A DDP model of a cell may still hold the group: its last reference stays a
+        # Python one, dropped off this thread (engine/pgrelease.py says why).
+        pgrelease.keep(pgrelease.live_groups())
         dist.destroy_process_group()
+        pgrelease.release()
         return True
     _reset_group_names()
     return False

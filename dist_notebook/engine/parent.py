@@ -1,18 +1,56 @@
 """Exit when the process that started us is gone.
 
-ipyparallel's controller and engines outlive a killed kernel; each of our processes
-watches the pid in ``DIST_NOTEBOOK_PARENT_PID`` and ends itself once it has been
-re-parented, so no orphan keeps a port, a core or a GPU.
+ipyparallel's controller and engines outlive a killed kernel; each of our local
+processes is named its parent in ``DIST_NOTEBOOK_PARENT_PID`` and ends with it, so no
+orphan keeps a port, a core or a GPU. Two layers:
+
+- The OS kernel signals us when the parent ends (Linux ``PR_SET_PDEATHSIG``,
+  ``die_with_parent``). This needs no Python thread: an engine whose main thread holds
+  the GIL in native code (gloo's destructor joining a stuck worker froze every Python
+  thread of one) still ends. Engines, the fork server and the controller's schedulers
+  take SIGKILL: they own no file that must go. The controller takes SIGTERM, which its
+  handler turns into the clean-up below (it runs no user code: its main thread is
+  ipyparallel's event loop, never blocked in native code with the GIL held).
+  The signal follows the *thread* that started the process: the kernel starts ours
+  from its main thread or from the cluster's event-loop thread (cluster/loop.py),
+  both as long-lived as the kernel, never from a short-lived one.
+- A watch thread (``watch_pid``) that polls for re-parenting and runs the process's
+  clean-up first, where the OS signal is not available (not Linux).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 ENV_VAR = "DIST_NOTEBOOK_PARENT_PID"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> bool:
+    """Have the OS send *sig* to this process when *parent* ends; return whether it
+    will. Ends this process at once when *parent* is gone already (it died before the
+    request took effect, and no signal would ever come)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:
+        os._exit(3)
+    return True
+
+
+def named_parent() -> int | None:
+    """The pid the environment names as our parent, or None (another launcher's)."""
+    value = os.environ.get(ENV_VAR, "")
+    return int(value) if value.isdigit() else None
 
 
 def _watch(parent: int, period: float, before_exit: Callable[[], None] | None) -> None:
@@ -52,17 +90,25 @@ def watch_pid(
     thread.start()
 
 
-def watch_parent(period: float = 0.25, before_exit: Callable[[], None] | None = None) -> bool:
-    """Start the watcher when the environment names our parent; return whether it runs.
+def watch_parent(
+    period: float = 0.25,
+    before_exit: Callable[[], None] | None = None,
+    pdeath_signal: int = signal.SIGKILL,
+) -> bool:
+    """When the environment names our parent: have the OS send *pdeath_signal* at its
+    death, and start the watch thread; return whether the parent is watched.
 
-    *before_exit* runs once the parent is gone, just before this process ends.
+    *before_exit* runs once the watch thread sees the parent gone, just before this
+    process ends (with SIGKILL from the OS first, it may never run: use it only for
+    what may be skipped, or pass a signal whose handler calls it).
     """
-    value = os.environ.get(ENV_VAR)
-    if not value:
+    parent = named_parent()
+    if parent is None:
         # Started by another launcher (MPI, SSH, Slurm): that launcher owns our lifetime.
         return False
     # The kernel names itself only to the processes it starts directly, so a parent
     # other than the one named means it died before this check ran (a kernel killed
     # during a start): end now, or nothing ever would.
-    watch_pid(int(value), period, before_exit)
+    die_with_parent(parent, pdeath_signal)
+    watch_pid(parent, period, before_exit)
     return True

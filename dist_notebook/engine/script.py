@@ -19,7 +19,7 @@ import runpy
 import sys
 import traceback
 
-from . import group
+from . import group, pgrelease
 
 # Shown when a script written for GPUs runs on CPU ranks (torch's own error names an
 # internal function: "module 'torch._C' has no attribute '_cuda_setDevice'").
@@ -38,22 +38,27 @@ def run_script(path: str, argv: list[str]) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     before = _connections()
     status = 1
-    try:
-        runpy.run_path(path, run_name="__main__")
-        status = 0
-    except SystemExit as e:
-        status = _exit_status(e)
-    except BaseException as e:
-        traceback.print_exc()
-        if _wants_cuda(e):
-            print(NO_GPU_HINT, file=sys.stderr)
-    finally:
-        sys.argv = saved_argv
-        sys.path[:] = saved_path
-        if status != 0:
-            release_peers(before)
-        sys.stdout.flush()
-        sys.stderr.flush()
+    # The groups the script destroys are kept until its objects are gone (its DDP
+    # models, freed as main() returns or with the script's namespace), then let go off
+    # this thread: a group freed from a model's destructor could freeze the engine.
+    with pgrelease.holding_groups():
+        try:
+            runpy.run_path(path, run_name="__main__")  # its namespace is freed here
+            status = 0
+        except SystemExit as e:
+            status = _exit_status(e)
+        except BaseException as e:
+            traceback.print_exc()
+            if _wants_cuda(e):
+                print(NO_GPU_HINT, file=sys.stderr)
+        finally:
+            sys.argv = saved_argv
+            sys.path[:] = saved_path
+            if status != 0:
+                release_peers(before)
+            sys.stdout.flush()
+            sys.stderr.flush()
+    pgrelease.release()
     return status
 
 

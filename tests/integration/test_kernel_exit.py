@@ -24,6 +24,11 @@ KERNEL = textwrap.dedent(
 
     cluster = DistCluster(ClusterSpec(n=2))
     cluster.start_sync()
+    if sys.argv[1] == "frozen":
+        # Every rank's main thread in native code with the GIL held (PyDLL keeps it):
+        # no Python thread of the engine can run, its parent watch included.
+        cluster.client[:].execute("import ctypes; ctypes.PyDLL(None).sleep(600)", block=False)
+        time.sleep(1.0)
     pids = {
         "engines": [r.pid for r in cluster.ranks],
         "controller": [cluster._ipp.controller.process.pid],
@@ -32,7 +37,7 @@ KERNEL = textwrap.dedent(
         "stack_dir": cluster.stack_dir,
     }
     print(json.dumps(pids), flush=True)
-    if sys.argv[1] == "wait":
+    if sys.argv[1] in ("wait", "frozen"):
         time.sleep(120)  # until the test kills us
     sys.stdin.readline()  # the test has seen the whole tree: a normal exit now
     # the exit hook stops the cluster
@@ -95,6 +100,21 @@ def test_killed_kernel_leaves_no_orphan(throwaway_store: str) -> None:
         proc.communicate(timeout=10)
         # Engines and controller watch their parent and end themselves, their own
         # children (schedulers, nannies) with them: 2 s, with room for a busy host.
+        assert wait_gone(pids, 5) == []
+        assert files_of(info) == []
+    finally:
+        proc.kill()
+        kill_all(pids)
+
+
+def test_killed_kernel_ends_ranks_frozen_with_the_gil_held(throwaway_store: str) -> None:
+    """The OS ends the ranks (PR_SET_PDEATHSIG): no Python thread of theirs can run."""
+    proc, pids, info = start_kernel("frozen")
+    try:
+        engines = [psutil.Process(pid) for pid in info["engines"]]
+        assert all(e.status() != psutil.STATUS_ZOMBIE for e in engines)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
         assert wait_gone(pids, 5) == []
         assert files_of(info) == []
     finally:
