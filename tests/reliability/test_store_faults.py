@@ -367,25 +367,123 @@ def test_the_panel_reaches_the_kernel_after_a_lock(tmp_path: Path, caplog: Any) 
     server.close()
 
 
+class Holder:
+    """A second program's connection that holds the store (BEGIN EXCLUSIVE) until
+    released, at the latest after *limit* seconds."""
+
+    def __init__(self, path: str, limit: float = 60) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("BEGIN EXCLUSIVE")
+        self.t0 = time.monotonic()
+        self._timer = threading.Timer(limit, self.release)
+        self._timer.start()
+        self._lock = threading.Lock()
+        self.held: float | None = None
+
+    def release(self) -> float:
+        with self._lock:
+            self._timer.cancel()
+            if self.held is None:
+                self.conn.execute("ROLLBACK")
+                self.conn.close()
+                self.held = time.monotonic() - self.t0
+            return self.held
+
+
+def store_messages(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "run store" in r.getMessage()]
+
+
 @pytest.mark.slow
-def test_training_goes_on_with_a_locked_store(
+def test_a_run_under_a_lock_is_stored_whole(
     shell: Any, cluster2: Any, throwaway_store: str, caplog: Any
 ) -> None:
-    holder = sqlite3.connect(throwaway_store, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")
+    """A lock held across a run's start, its records and its end (longer than a write
+    waits for it): training goes on, the user is told once, and once the lock ends the
+    store has the run, every record and the final state (it lost the run's row, or its
+    end and last records, before)."""
+    holder = Holder(throwaway_store)
     try:
         t0 = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="dist_notebook"):
             result = shell.run_cell(SHORT_RUN)
         took = time.monotonic() - t0
+        assert cluster2.writer().pending() > 0  # the run's writes wait for the lock
+        time.sleep(0.5)
     finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+        held = holder.release()
     assert result.error_in_exec is None, result.error_in_exec
     last = shell.magics_manager.registry["TrainMagics"].last_result
     assert last.name == "locked-store"
     assert last.state.value == "succeeded" and last.records == 10
-    assert "cannot write the run store" in caplog.text
-    # The first write waits out the lock (5 s), later ones give up after 0.1 s (was 5 s
-    # each: 45 s for this run).
+    # The first write waits out SQLite's 5 s, the others wait in memory (0.1 s each
+    # before: 45 s for this run).
     assert took < 20, f"a 5-step run with the store locked took {took:.1f} s"
+    assert held > 5.5
+    written = store_messages(caplog)
+    assert len([m for m in written if "does not take writes now" in m]) == 1, written
+    assert cluster2.writer().flush(timeout=20) == 0
+    reader = StoreReader(Path(throwaway_store))
+    try:
+        run = reader.run(last.run_id)
+        assert run is not None and run["state"] == "succeeded", run
+        assert [r["state"] for r in run["ranks"]] == ["done", "done"]
+        assert len(reader.records(last.run_id)) == 10
+    finally:
+        reader.close()
+
+
+@pytest.mark.slow
+def test_a_cluster_started_under_a_lock_records_and_takes_the_panel(
+    shell: Any, throwaway_store: str, caplog: Any
+) -> None:
+    """A lock at cluster start turned recording and the panel's Stop/Interrupt off for
+    the cluster's whole life; now both work once the lock ends."""
+    from dist_notebook.store.control import ControlQueue
+
+    from .conftest import kill_all, pids_of, session_of, wait_gone
+
+    session = session_of(shell)
+    saved = session.cluster
+    session.cluster = None
+    holder = Holder(throwaway_store)
+    cluster = None
+    try:
+        with caplog.at_level(logging.WARNING, logger="dist_notebook"):
+            shell.run_line_magic("dist_cluster", "start -n 2 --cpu")
+            cluster = session.cluster
+            assert cluster is not None and cluster.state.value == "ready"
+            time.sleep(max(0.0, 6.0 - (time.monotonic() - holder.t0)))  # past the watcher's 5 s
+            held = holder.release()
+        assert held >= 6.0
+        assert cluster.writer() is not None and cluster.writer().flush(timeout=20) == 0
+        reader = StoreReader(Path(throwaway_store))
+        try:
+            row = reader.cluster(cluster.id)
+            assert row is not None and row["state"] == "ready", row
+            assert [r["rank"] for r in row["ranks"]] == [0, 1]
+        finally:
+            reader.close()
+        told = store_messages(caplog)
+        assert len([m for m in told if "does not take writes now" in m]) == 1, told
+        assert len([m for m in told if "panel" in m]) <= 1, told
+        assert not [m for m in told if "will not" in m], told
+        # The panel's Interrupt reaches the kernel's watcher, which outlived the lock.
+        panel = ControlQueue(Path(throwaway_store))
+        try:
+            seq = panel.request(cluster.id, "interrupt")
+            deadline = time.monotonic() + 15
+            while panel.answer(seq)["done"] is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            answer = panel.answer(seq)
+        finally:
+            panel.close()
+        assert answer["done"] is not None and answer["error"] is None, answer
+    finally:
+        holder.release()
+        session.cluster = saved
+        if cluster is not None:
+            pids = pids_of(cluster) if cluster._ipp and cluster._ipp.controller else []
+            cluster.stop_sync()
+            left, _ = wait_gone(pids, 10)
+            kill_all(left)
