@@ -6,7 +6,8 @@ that page saves names the run for readers without widgets.
 
 Screenshots (test-artifacts/ui/): noext-running (the page, mid-run), noext-running-view
 (the cell's view), noext-reloaded (after the reload, mid-run), noext-final (the reloaded
-view at the end).
+view at the end), noext-final-dark (the same in JupyterLab Dark), noext-narrow-view (the
+chart after the window narrowed).
 """
 
 from __future__ import annotations
@@ -75,6 +76,44 @@ def save(page) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+Y_LABELS = """(view) => Array.from(
+  view.querySelectorAll("g.dn-chart-tick[data-key^='y'] text")).map(t => t.textContent)"""
+
+
+def decimals(label: str) -> int:
+    return len(label.split(".")[1]) if "." in label else 0
+
+
+def check_axes_and_resize(page, live) -> None:  # type: ignore[no-untyped-def]
+    """At least 3 y labels in one format, linear and log; the chart follows its width."""
+    for log in (False, True):
+        if log:
+            live.locator("input.dn-chart-log").check()
+            page.wait_for_timeout(300)
+        labels = live.evaluate(Y_LABELS)
+        assert len(labels) >= 3, (log, labels)
+        assert len({decimals(x) for x in labels}) == 1, (log, labels)
+    live.locator("input.dn-chart-log").uncheck()
+    width = """(view) => [Number(view.querySelector('svg.dn-chart-svg').getAttribute('width')),
+        view.querySelector('.dn-chart-plot').clientWidth]"""
+    before = live.evaluate(width)
+    assert abs(before[0] - before[1]) <= 2, before
+    page.set_viewport_size({"width": 900, "height": 900})
+    page.wait_for_function(
+        f"""() => {{ const view = document.querySelector('.dn-live');
+          const [svg, plot] = ({width})(view);
+          return svg < {before[0] - 200} && Math.abs(svg - plot) <= 2; }}""",
+        timeout=10_000,
+    )
+    live.screenshot(path=str(ARTIFACTS / "noext-narrow-view.png"))
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.wait_for_function(
+        f"""() => {{ const [svg] = ({width})(document.querySelector('.dn-live'));
+          return svg >= {before[0] - 2}; }}""",
+        timeout=10_000,
+    )
+
+
 def read_saved(path: Path) -> dict:
     """The notebook file as the server wrote it (a read during its write sees it empty)."""
     deadline = time.monotonic() + 10
@@ -122,6 +161,7 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     live.screenshot(path=str(ARTIFACTS / "noext-running-view.png"))
     draws = page.evaluate("() => window.__dnLiveLog.filter(d => d.latencies.length).length")
     assert draws >= 3, f"the chart drew {draws} times while the run went"
+    check_axes_and_resize(page, live)
 
     # reload mid-run after a save: the chart comes back with the run's history
     save(page)
@@ -155,8 +195,21 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     expect(final).to_be_visible(timeout=120_000)
     expect(cell(page, 2).locator(".dn-live-final")).to_contain_text("noext: succeeded in")
     expect(cell(page, 2).locator("svg.dn-chart-svg")).to_be_hidden()
+    expect(cell(page, 2).locator(".dn-live-header")).to_be_hidden()  # the picture has one
     cell(page, 2).locator(".dn-live").scroll_into_view_if_needed()
     shot(page, "noext-final")
+    # the picture is transparent (it reads on the dark theme): a corner pixel's alpha
+    alpha = final.evaluate(
+        """(img) => { const c = document.createElement('canvas');
+          c.width = img.naturalWidth; c.height = img.naturalHeight;
+          const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+          return g.getImageData(1, 1, 1, 1).data[3]; }"""
+    )
+    assert alpha == 0, alpha
+    command(page, "apputils:change-theme", {"theme": "JupyterLab Dark"})
+    page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
+    page.wait_for_timeout(500)
+    cell(page, 2).locator(".dn-live").screenshot(path=str(ARTIFACTS / "noext-final-dark.png"))
 
     # A page reloaded mid-run holds the widget's output from the file (the kernel's
     # display update cannot reach it): what it saves names the run for every reader
