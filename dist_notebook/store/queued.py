@@ -49,7 +49,7 @@ def _remedy(e: BaseException) -> str:
     """What to do about a failed write, from SQLite's own reason (never a guess)."""
     text = str(e).lower()
     if is_locked(e) or isinstance(e, StoreLocked):
-        return "another program holds it locked; it is written once that ends"
+        return "another program holds it locked"
     if is_full(e):
         return "the disk is full: free space, or set DIST_NOTEBOOK_STORE to another disk"
     if "readonly" in text or "read-only" in text:
@@ -192,8 +192,8 @@ class QueuedWriter:
             )
         if reason is not None:
             log.warning(
-                "the run store at %s does not take writes now (%s); %s: this kernel keeps"
-                " its writes in memory and writes them, in order, as soon as it can",
+                "the run store at %s does not take writes now (%s: %s); this kernel keeps"
+                " its writes in memory and writes them, in order, once it can",
                 self.path,
                 reason,
                 self._backlog.reason,

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,3 +234,60 @@ def test_clusters_of_a_dead_kernel_are_closed_with_their_runs(writer: StoreWrite
     assert reader.cluster("live")["state"] == "ready"
     assert reader.run("run-live")["state"] == "running"
     assert writer.close_orphans(lambda pid: pid == os.getpid()) == 0
+
+
+def test_deletes_in_small_transactions_take_exactly_what_they_name(
+    writer: StoreWriter, monkeypatch: Any
+) -> None:
+    """Chunks that end inside a run, between runs and on a run's last record delete the
+    named runs whole (records, ranks, events, row) and nothing of the others."""
+    from dist_notebook.store import deleting
+
+    monkeypatch.setattr(deleting, "FIRST_ROWS", 7)
+    monkeypatch.setattr(deleting, "MIN_ROWS", 7)
+    monkeypatch.setattr(deleting, "MAX_ROWS", 7)
+    monkeypatch.setattr(deleting, "GAP_S", 0.0)
+    writer.add_cluster("c1", n=2, backend="gloo", kernel_pid=0, profile_dir="", ipp_cluster_id="")
+    sizes = {"a": 7, "b": 0, "c": 13, "keep": 5, "d": 1}
+    for run_id, n in sizes.items():
+        writer.add_run(run_id, name=run_id, cluster_id="c1", ranks=[0, 1], steps=None, code="")
+        writer.append_metrics(
+            run_id, [Record(rank=0, step=s, time=0.0, metrics={"loss": 1.0}) for s in range(n)]
+        )
+        writer.add_event("output", "x", run_id=run_id, rank=0)
+    assert writer.delete_runs(["a", "b", "c", "d", "missing"]) == 4
+    reader = StoreReader(writer.path)
+    try:
+        assert [r["id"] for r in reader.runs()] == ["keep"]
+        assert len(reader.records("keep")) == 5 and len(reader.events(run_id="keep")) == 1
+        left = reader._query("SELECT run_id, COUNT(*) AS n FROM metrics GROUP BY run_id")
+        assert left == [{"run_id": "keep", "n": 5}]
+        assert reader._query("SELECT DISTINCT run_id FROM run_ranks") == [{"run_id": "keep"}]
+        assert reader._query("SELECT run_id FROM events") == [{"run_id": "keep"}]
+    finally:
+        reader.close()
+
+
+def test_an_up_to_date_store_opens_without_waiting_for_a_lock(tmp_path: Path) -> None:
+    """Opening writes nothing to a store of this version, so another program's lock
+    does not hold a cluster's start (it waited 5 s, then turned recording off)."""
+    import sqlite3
+
+    from dist_notebook.store.control import ControlQueue
+
+    path = tmp_path / "runs.sqlite"
+    StoreWriter(path).close()
+    ControlQueue(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        t0 = time.monotonic()
+        writer = StoreWriter(path)
+        queue = ControlQueue(path)
+        assert time.monotonic() - t0 < 1.0
+        assert writer.pending() == 0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    queue.close()
+    writer.close()
