@@ -184,12 +184,20 @@ class ClusterMagics(Magics):
         if current is not None:
             # A stop from the panel is finishing: the new cluster starts once it has.
             self.session.wait_for_stop(current, STOPPING_WAIT_S)
+        spec = build_spec(args, visible_gpus() if not args.cpu else [])
+        if current is not None and current.state == ClusterState.READY and current.spec == spec:
+            # A second "Run All": the same start again reuses the ready cluster.
+            print(
+                f"cluster {current.id} is already ready with this spec: reusing it "
+                "(%dist_cluster restart --all for fresh engines)"
+            )
+            display(ranks_table(current))
+            return
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
             raise UsageError(
                 f"a cluster is already {current.state.value}: use %dist_cluster restart, "
                 "or %dist_cluster stop first"
             )
-        spec = build_spec(args, visible_gpus() if not args.cpu else [])
         # A spare of the same spec (cluster/pool.py) when one was kept warm, else cold.
         cluster = pool.take(spec, Progress()) or DistCluster(spec, progress=Progress())
         self.session.cluster = cluster
