@@ -87,3 +87,15 @@ def test_11_mirrored_strategy_column_is_one_process() -> None:
                         "MultiWorkerMirroredStrategy; say so, or describe the one-process strategy"
                     )
     assert checked, "11: no table with a MirroredStrategy column found"
+
+
+CLAMPED_DIFFERENCE = re.compile(r"max\([^()]*-[^()]*,\s*0(?:\.0)?\)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_no_measured_difference_clamped_at_zero(path: Path) -> None:
+    """``max(ddp_ms - compute_ms, 0)`` printed 0.0 ms where DDP had been faster than compute
+    alone (notebook 4): a measured difference is printed as it comes, negative included."""
+    for index, code in enumerate(_cells(path, "code")):
+        clamped = CLAMPED_DIFFERENCE.search(code)
+        assert not clamped, f"{path.name}: code cell {index} clamps {clamped.group(0)!r}"
