@@ -9,12 +9,13 @@ from .session import Session
 
 def register(ipython: Any) -> None:
     from .cluster_magics import ClusterMagics
+    from .debug_magics import DebugMagics
     from .exec_magics import ExecMagics
     from .runs_magics import RunsMagics
     from .train_magics import TrainMagics
 
     session = Session.for_shell(ipython)
-    for cls in (ClusterMagics, ExecMagics, TrainMagics):
+    for cls in (ClusterMagics, ExecMagics, TrainMagics, DebugMagics):
         ipython.register_magics(cls(ipython, session=session))
     ipython.register_magics(RunsMagics(ipython))
     _register_completers(ipython)

@@ -1,0 +1,167 @@
+"""The notebook's loop on the ranks, in a real kernel (jupyter_client, this interpreter's
+ipykernel, one real 2-rank CPU gloo cluster shared by the module):
+
+- a second ``%dist_cluster start`` of the same spec reuses the ready cluster;
+- ``%dist_debug`` opens pdb on a failed rank, its prompts answered as a notebook's input
+  box answers them (input_request / input_reply on the stdin channel);
+- Tab and Shift-Tab in a ``%%dist`` cell know the ranks' names (complete_request,
+  inspect_request);
+- ``%dist_auto on`` runs plain cells on the ranks, magics where they belong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPLY_TIMEOUT_S = 120
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+class Kernel:
+    """One real kernel; ``run`` executes a cell, answering its input requests in order."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        from jupyter_client.manager import KernelManager
+
+        self.km = KernelManager(kernel_name="python3")
+        self.km.kernel_spec_manager.ensure_native_kernel = True
+        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km.start_kernel(env=env, cwd=str(cwd))
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.prompts: list[str] = []
+
+    def run(
+        self, code: str, answers: list[str] | None = None, allow_stdin: bool = True
+    ) -> tuple[str, list[dict[str, Any]]]:
+        """(the cell's text output, its error messages); every input request is answered
+        with the next of *answers* (an unexpected one fails the test)."""
+        texts: list[str] = []
+        errors: list[dict[str, Any]] = []
+        pending = list(answers or [])
+        self.prompts = []
+
+        def output(msg: dict[str, Any]) -> None:
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                texts.append(content["text"])
+            elif msg["msg_type"] == "error":
+                errors.append(content)
+            elif msg["msg_type"] in ("display_data", "execute_result"):
+                texts.append(content["data"].get("text/plain", ""))
+
+        def stdin(msg: dict[str, Any]) -> None:
+            self.prompts.append(msg["content"]["prompt"])
+            texts.append(msg["content"]["prompt"] + "\n")
+            assert pending, f"unexpected input request {msg['content']['prompt']!r}"
+            self.kc.input(pending.pop(0))
+
+        self.kc.execute_interactive(
+            code,
+            timeout=REPLY_TIMEOUT_S,
+            output_hook=output,
+            stdin_hook=stdin,
+            allow_stdin=allow_stdin,
+        )
+        assert not pending, f"answers left unused: {pending}"
+        return _ANSI.sub("", "".join(texts)), errors
+
+    def ok(self, code: str) -> str:
+        text, errors = self.run(code)
+        assert not errors, (text, errors)
+        return text
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
+    tmp = tmp_path_factory.mktemp("iterate")
+    env = dict(os.environ)
+    env.update(CUDA_VISIBLE_DEVICES="", DIST_NOTEBOOK_STORE=str(tmp / "runs.sqlite"))
+    env["PYTHONPATH"] = str(tmp)  # the rank-side module of the autoreload test
+    k = Kernel(env, tmp)
+    k.tmp = tmp  # type: ignore[attr-defined]
+    text = k.ok("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu")
+    assert re.search(r"cluster \w+: ready", text), text
+    yield k
+    k.run("%dist_cluster stop")
+    k.close()
+
+
+# --- 6: a second Run All ------------------------------------------------------------------
+
+
+def test_running_the_start_cell_twice_reuses_the_cluster(kernel: Kernel) -> None:
+    text = kernel.ok("%dist_cluster start -n 2 --cpu")
+    assert re.search(r"cluster \w+ is already ready with this spec: reusing it", text), text
+    assert kernel.ok("%%dist\nprint('rank', rank, 'here')").count("here") == 2
+
+
+# --- 1: %dist_debug -------------------------------------------------------------------------
+
+FAILING = """%%dist
+def scale(a):
+    local = a * 10
+    return local / (a - rank)
+
+total = scale(1) if rank == 1 else 0
+"""
+
+
+def test_dist_debug_opens_pdb_on_the_rank_that_raised(kernel: Kernel) -> None:
+    _, errors = kernel.run(FAILING)
+    assert errors and "ZeroDivisionError" in errors[0]["evalue"], errors
+    answers = ["p local", "p a, rank", "up", "p local", "down", "p local * 2", "l", "q"]
+    text, errors = kernel.run("%dist_debug", answers)
+    assert not errors, (text, errors)
+    assert kernel.prompts == ["(Pdb rank 1) "] * len(answers), kernel.prompts
+    assert "pdb on rank 1 (q to quit)" in text and "ZeroDivisionError" in text, text
+    assert "\n10\n" in text and "(1, 1)" in text, text  # p local, p a, rank
+    # up: the cell's frame, where scale()'s locals are not names; down: back in scale().
+    assert "-> total = scale(1) if rank == 1 else 0" in text, text
+    assert "NameError: name 'local' is not defined" in text and "\n20\n" in text, text
+    assert "return local / (a - rank)" in text, text  # l shows the source around the line
+    assert "pdb on rank 1 ended" in text, text
+    # The notebook is back to normal and the group still works.
+    assert "[0, 1]" in kernel.ok(
+        "%%dist\nimport torch.distributed as dist\nout = [None, None]\n"
+        "dist.all_gather_object(out, rank)\nprint(out)"
+    )
+
+
+def test_dist_debug_of_a_named_rank_without_a_failure_says_so(kernel: Kernel) -> None:
+    text, errors = kernel.run("%dist_debug 0")
+    assert "UsageError: %dist_debug: rank 0 has no failed cell to debug" in text, (text, errors)
+
+
+def test_dist_debug_of_an_unknown_rank(kernel: Kernel) -> None:
+    text, _ = kernel.run("%dist_debug 5")
+    assert "UsageError: unknown rank 5: this cluster has ranks 0..1; fix RANK" in text, text
+
+
+def test_dist_debug_without_stdin_names_the_fix(kernel: Kernel) -> None:
+    kernel.run(FAILING)
+    text, _ = kernel.run("%dist_debug", allow_stdin=False)
+    assert "UsageError: %dist_debug needs a front end that takes input" in text, text
+    # The session the rank opened was closed: a later %dist_debug starts afresh.
+    text, errors = kernel.run("%dist_debug 1", ["p local", "q"])
+    assert not errors and "\n10\n" in text, (text, errors)
+
+
+def test_dist_debug_after_a_kernel_error_asks_for_a_rank(kernel: Kernel) -> None:
+    kernel.run("1 / 0")
+    text, _ = kernel.run("%dist_debug")
+    assert "UsageError: %dist_debug: the last error was not a rank's; name the rank" in text
