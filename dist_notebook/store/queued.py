@@ -107,7 +107,8 @@ class QueuedWriter:
         raises StoreError (StoreLocked while another program holds the store)."""
         if self._conn is None:
             self._conn = connect(self.path, create=True, setup=False)
-            self._busy_ms = BUSY_MS
+            if self._busy_ms != BUSY_MS:  # asked for before the store could be opened
+                self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
         if not self._schema_ok:
             try:
                 ensure_schema(self._conn)
@@ -131,8 +132,9 @@ class QueuedWriter:
         conn.execute("COMMIT")
 
     def _set_busy(self, ms: int) -> None:
-        if self._conn is not None and ms != self._busy_ms:
-            self._conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
+        if ms != self._busy_ms:
+            if self._conn is not None:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(ms)}")
             self._busy_ms = ms
 
     def _error(self, e: BaseException) -> StoreError:
