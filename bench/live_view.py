@@ -13,7 +13,10 @@ dashboard and with ``--no-dashboard``, runs interleaved.
 
 Writes bench/results/live_view.json. Figures: chart changes a second, p50/p95 from
 report() to drawn, the live view's kernel cost as a share of one core, whether the output
-element was ever replaced.
+element was ever replaced. Each figure is measured twice, side by side: with this
+package's labextension enabled and with it disabled (``jupyter labextension disable``'s
+page config in the server's own config dir: what VS Code, Colab or a hub without it amount
+to; the chart is the anywidget the kernel ships either way). ``--modes`` picks them.
 """
 
 from __future__ import annotations
@@ -63,9 +66,18 @@ new MutationObserver(() => {
 """
 
 
-def start_lab(root: Path) -> tuple[subprocess.Popen, str]:
+MODES = {"labextension": (), "no-labextension": ("dist-notebook",)}
+
+
+def start_lab(root: Path, disabled: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     token = secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".cfg"), PYTHONUNBUFFERED="1")
+    config = root / ".cfg"
+    if disabled:
+        (config / "labconfig").mkdir(parents=True, exist_ok=True)
+        (config / "labconfig" / "page_config.json").write_text(
+            json.dumps({"disabledExtensions": dict.fromkeys(disabled, True)})
+        )
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), PYTHONUNBUFFERED="1")
     env.setdefault("DIST_NOTEBOOK_STORE", str(root / "runs.sqlite"))
     port = free_port()
     log = open(root / "lab.log", "wb")  # noqa: SIM115 (kept open for the server's life)
@@ -209,18 +221,12 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=300 if quick() else 2000)
-    parser.add_argument("--reps", type=int, default=1 if quick() else 2)
-    args = parser.parse_args()
-    if not Path(CHROMIUM).exists():
-        raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
-    root = Path(tempfile.mkdtemp(prefix="dist-bench-live-"))
-    names = notebook(root, args.steps, args.reps)
-    process, url = start_lab(root)
+def run_mode(mode: str, steps: int, reps: int) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix=f"dist-bench-live-{mode}-"))
+    names = notebook(root, steps, reps)
+    process, url = start_lab(root, MODES[mode])
     try:
-        raw = measure(url, names, 120 + 2 * len(names) * args.steps * 0.02, root / "last.png")
+        raw = measure(url, names, 120 + 2 * len(names) * steps * 0.02, root / "last.png")
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -229,13 +235,29 @@ def main() -> None:
             os.killpg(process.pid, signal.SIGKILL)
     ran = [k["name"] for k in raw["kernel"]]
     if ran != names:  # each measuring cell reports the run of the cell before it
-        raise SystemExit(f"cells ran out of order: {ran} != {names}")
-    figures = summarize(raw)
-    print(json.dumps(figures, indent=2))
-    write_result(
-        "live_view",
-        {"steps": args.steps, "reps": args.reps, "figures": figures, "raw_kernel": raw["kernel"]},
+        raise SystemExit(f"{mode}: cells ran out of order: {ran} != {names}")
+    return {"figures": summarize(raw), "raw_kernel": raw["kernel"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300 if quick() else 2000)
+    parser.add_argument("--reps", type=int, default=1 if quick() else 2)
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated, of {', '.join(MODES)} (default: both)",
     )
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise SystemExit(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
+    results = {mode: run_mode(mode, args.steps, args.reps) for mode in modes}
+    print(json.dumps({m: r["figures"] for m, r in results.items()}, indent=2))
+    write_result("live_view", {"steps": args.steps, "reps": args.reps, "modes": results})
     print(f"results in {RESULTS / 'live_view.json'}")
 
 

@@ -12,7 +12,8 @@ message loop, and the kernel's shell-channel thread routes a comm's messages to 
 subshell the comm names (``Comm._reply_subshell_for``). ``CommRoute`` creates one subshell
 for the live view's comm and routes that comm's messages there: a click is handled on the
 subshell's thread while the main thread waits on the ranks, and every other message keeps
-its place in the main shell's queue. ``close()`` deletes the subshell.
+its place in the main shell's queue. ``close()`` routes the comm back to the main shell
+and deletes the subshell.
 
 Where the kernel has no subshells (ipykernel 6, a terminal IPython), ``available`` is
 False and the live view hides its Stop button in a blocking cell: the kernel's interrupt
@@ -67,6 +68,7 @@ class CommRoute:
 
             kernel = getattr(get_ipython(), "kernel", None)
         self.subshell: str | None = None
+        self._comm = comm
         self._manager = _manager(kernel)
         if self._manager is None or comm is None:
             return
@@ -87,6 +89,11 @@ class CommRoute:
         subshell, self.subshell = self.subshell, None
         if subshell is None:
             return
+        # The comm may outlive the route (a widget kept open for a reloaded page): its
+        # messages go back to the main shell, not to a subshell that no longer exists
+        # (the kernel drops those, and a late page's request for the state got no answer).
+        if self._comm is not None and "_reply_subshell_for" in vars(self._comm):
+            del self._comm._reply_subshell_for
         try:
             _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell))
         except (TimeoutError, RuntimeError, KeyError) as e:

@@ -12,9 +12,13 @@ chart after the window narrowed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -228,3 +232,63 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     page_html, _ = HTMLExporter().from_filename(str(lab.root / NOTEBOOK))
     assert re.search(r"dist_notebook\.load_run\((&#x27;|')noext(&#x27;|')\)", page_html)
     assert "model not found" not in page_html
+
+
+BLOCKING = """%%dist_train --name blk --steps 400
+import time
+from dist_notebook import report
+for i in range(400):
+    report(step=i, loss=1.0 / (i + 1), samples=8)
+    time.sleep(0.03)
+"""
+
+
+@contextlib.contextmanager
+def cpu_hogs(n: int = 2) -> Iterator[None]:
+    """*n* busy processes beside the ranks, as on a loaded 2-core machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait(timeout=10)
+
+
+@pytest.mark.timeout(600)
+def test_a_page_reloaded_while_a_plain_cell_trains_shows_the_end(  # type: ignore[no-untyped-def]
+    lab_without_extension, page
+):
+    # A plain (blocking) cell holds the kernel's main shell, where the widget manager of a
+    # reloaded page asks for the widgets: it gets them once the cell has ended. The view
+    # then shows the end's picture (the widget stays open for it, its comm routed back to
+    # the main shell), never "Loading widget..." for good nor "model not found".
+    lab = lab_without_extension
+    cells = [*CELLS[:2], BLOCKING]
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    nbformat.write(nb, lab.root / NOTEBOOK)
+    open_notebook(page, lab)
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    with cpu_hogs():
+        command(page, "notebook:run-all-cells")
+        live = cell(page, 2).locator(".dn-live")
+        expect(live.locator("path.dn-chart-line[data-rank='1']")).to_have_attribute(
+            "d", LINE_DRAWN, timeout=120_000
+        )
+        save(page)
+        page.reload()
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+        expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(3, timeout=60_000)
+        final = cell(page, 2).locator(".dn-live-final")
+        expect(final).to_contain_text("blk: succeeded in", timeout=120_000)
+    expect(final.locator("img")).to_be_visible()
+    expect(cell(page, 2)).not_to_contain_text("Loading widget")
+    expect(page.locator(".jp-NotebookPanel")).not_to_contain_text("model not found")
+    cell(page, 2).scroll_into_view_if_needed()
+    shot(page, "noext-blocking-reloaded-end")
