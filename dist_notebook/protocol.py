@@ -168,8 +168,10 @@ def _decode_row(rank: int, row: Any) -> Record:
 # --- the states -------------------------------------------------------------------------
 class ClusterState(str, Enum):
     """new -> starting -> ready | failed; ready -> degraded (a rank died or hangs) ->
-    restarting -> ready | failed; any live state -> stopping -> stopped. ``orphaned``: the
-    kernel that owned it is gone (the server found it so and stopped its processes)."""
+    restarting -> ready | failed; any live state -> stopping -> stopped; ready -> failed
+    (the controller died); new -> failed (a start refused before it began). A stopped or
+    failed cluster may live again under its id: -> starting. ``orphaned``: the kernel
+    that owned it is gone (the server found it so and stopped its processes)."""
 
     NEW = "new"
     STARTING = "starting"
@@ -221,16 +223,18 @@ class RunRankState(str, Enum):
 _C, _E, _R, _RR = ClusterState, EngineState, RunState, RunRankState
 TRANSITIONS: dict[type[Enum], dict[Any, frozenset[Any]]] = {
     ClusterState: {
-        _C.NEW: frozenset({_C.STARTING, _C.STOPPED}),
+        _C.NEW: frozenset({_C.STARTING, _C.STOPPED, _C.FAILED}),
         _C.STARTING: frozenset({_C.READY, _C.FAILED, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
-        _C.READY: frozenset({_C.DEGRADED, _C.RESTARTING, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
+        _C.READY: frozenset(
+            {_C.DEGRADED, _C.RESTARTING, _C.STOPPING, _C.STOPPED, _C.FAILED, _C.ORPHANED}
+        ),
         _C.DEGRADED: frozenset(
             {_C.READY, _C.RESTARTING, _C.STOPPING, _C.STOPPED, _C.FAILED, _C.ORPHANED}
         ),
         _C.RESTARTING: frozenset({_C.READY, _C.FAILED, _C.STOPPING, _C.STOPPED, _C.ORPHANED}),
         _C.STOPPING: frozenset({_C.STOPPED, _C.FAILED}),
-        _C.FAILED: frozenset({_C.STOPPING, _C.STOPPED}),
-        _C.STOPPED: frozenset(),
+        _C.FAILED: frozenset({_C.STOPPING, _C.STOPPED, _C.STARTING}),
+        _C.STOPPED: frozenset({_C.STARTING}),
         _C.ORPHANED: frozenset({_C.STOPPED}),
     },
     EngineState: {
@@ -258,6 +262,36 @@ TRANSITIONS: dict[type[Enum], dict[Any, frozenset[Any]]] = {
         _RR.CANCELLED: frozenset(),
     },
 }
+
+
+# Named groupings of states, stated once here (and generated for TypeScript).
+ENDED_CLUSTER_STATES = frozenset({_C.STOPPED, _C.FAILED, _C.ORPHANED})
+"""No process of the cluster is left to act on: the panel's history, not its live list."""
+LIVE_CLUSTER_STATES = frozenset(set(_C) - ENDED_CLUSTER_STATES)
+"""A cluster whose processes may be running: its owner answers for it."""
+ACTIVE_RUN_STATES = frozenset({_R.PENDING, _R.RUNNING})
+"""A run still going."""
+ENDED_RUN_STATES = frozenset(set(_R) - ACTIVE_RUN_STATES)
+"""A run that has ended, one way or another (its state is final)."""
+GROUPINGS: dict[str, tuple[type[Enum], frozenset[Any]]] = {
+    "ENDED_CLUSTER_STATES": (ClusterState, ENDED_CLUSTER_STATES),
+    "LIVE_CLUSTER_STATES": (ClusterState, LIVE_CLUSTER_STATES),
+    "ACTIVE_RUN_STATES": (RunState, ACTIVE_RUN_STATES),
+    "ENDED_RUN_STATES": (RunState, ENDED_RUN_STATES),
+}
+
+
+class IllegalMove(RuntimeError):
+    """A state change that protocol.TRANSITIONS does not allow (a bug of ours)."""
+
+
+def check_move(old: Enum | str, new: Enum | str, kind: type[Enum], what: str) -> None:
+    """Raise IllegalMove unless *kind* may go from *old* to *new*."""
+    if not can_move(old, new, kind):
+        raise IllegalMove(
+            f"{what}: {kind(old).value} -> {kind(new).value} is not a move of "
+            f"protocol.TRANSITIONS[{kind.__name__}]"
+        )
 
 
 def can_move(old: Enum | str, new: Enum | str, kind: type[Enum]) -> bool:
@@ -528,6 +562,12 @@ def typescript() -> str:
             for s in enum
         )
         out.append(f"export const {enum.__name__.upper()}_TRANSITIONS = {{ {moves} }};")
+    for name, (kind, states) in GROUPINGS.items():
+        members = ", ".join(f"'{s.value}'" for s in kind if s in states)
+        out.append(
+            f"export const {name}: ReadonlySet<{kind.__name__}> = "
+            f"new Set<{kind.__name__}>([{members}]);"
+        )
     out.append(
         "/** One record as the REST API and the live chart carry it. */\n"
         "export interface IRecord {\n  seq?: number;\n  rank: number;\n  step: number | null;\n"

@@ -32,7 +32,7 @@ from traitlets.config import Config
 
 from ..engine import group
 from ..privatedir import UnsafeDirectoryError, private_dir
-from ..protocol import ClusterState
+from ..protocol import ClusterState, check_move
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from . import limits, reap, registry
@@ -161,10 +161,11 @@ class DistCluster(ClusterHealth):
             limits.check_address(self.spec.ip)
             limits.check_capacity(self.spec)
         except ClusterConfigError:
-            self.state = ClusterState.FAILED  # refused: a new start may follow at once
+            if self.state == ClusterState.NEW:
+                self.move(ClusterState.FAILED)  # refused: a new start may follow at once
             raise
         t0 = time.perf_counter()
-        self.state = ClusterState.STARTING
+        self.move(ClusterState.STARTING)
         registry.add(self)
         try:
             self._make_stack_dir()
@@ -178,9 +179,8 @@ class DistCluster(ClusterHealth):
             await self._wait_for_engines(set(), self.n)
             await self._setup_ranks(sorted(self.client.ids))
         except BaseException:
-            self.state = ClusterState.FAILED
+            self.move(ClusterState.FAILED)
             await self._teardown()
-            self._store_state("failed")
             self._remove_stack_dir()
             raise
         return self._ready(t0)
@@ -204,9 +204,8 @@ class DistCluster(ClusterHealth):
             shutil.rmtree(self.stack_dir, ignore_errors=True)
 
     def _ready(self, t0: float) -> DistCluster:
-        self.state = ClusterState.READY
         self.start_seconds = time.perf_counter() - t0
-        self._store_state("ready")
+        self.move(ClusterState.READY)
         self._owner_only_files()  # the engine-set file is written once engines run
         self._start_health_watch()
         return self
@@ -229,7 +228,7 @@ class DistCluster(ClusterHealth):
             self.progress(f"{self.failure.split(':')[0]}; starting a new cluster")
             await self._teardown()
             self.failure = None
-            self.state = ClusterState.FAILED
+            self.move(ClusterState.FAILED)  # it is already, since the controller died
             return await self.start()
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
@@ -241,8 +240,7 @@ class DistCluster(ClusterHealth):
         t0 = time.perf_counter()
         # Remote engines are started per host by their launcher: restart them all.
         dead = {} if everything or self.spec.launcher != "local" else self.dead_ranks()
-        self.state = ClusterState.RESTARTING
-        self._store_state("restarting")
+        self.move(ClusterState.RESTARTING)
         old = set(self.client.ids)
         try:
             if dead:
@@ -255,8 +253,7 @@ class DistCluster(ClusterHealth):
                 await self._wait_for_engines(old, self.n)
                 await self._setup_ranks(sorted(set(self.client.ids) - old))
         except BaseException:
-            self.state = ClusterState.FAILED
-            self._store_state("failed")
+            self.move(ClusterState.FAILED)
             raise
         return self._ready(t0)
 
@@ -267,10 +264,9 @@ class DistCluster(ClusterHealth):
         """Stop engines and controller; calling it again does nothing."""
         if self.state in (ClusterState.NEW, ClusterState.STOPPED):
             return
-        self.state = ClusterState.STOPPING
+        self.move(ClusterState.STOPPING)
         await self._teardown()
-        self.state = ClusterState.STOPPED
-        self._store_state("stopped")
+        self.move(ClusterState.STOPPED)
         self._remove_stack_dir()
         registry.discard(self)
 
@@ -587,6 +583,15 @@ class DistCluster(ClusterHealth):
 
     def _record_ranks(self) -> None:
         record(self.writer(), "set_ranks", self.id, [r.to_dict() for r in self.ranks])
+
+    def move(self, new: ClusterState) -> None:
+        """The one way this cluster's state changes: the move is checked against
+        ``protocol.TRANSITIONS`` (IllegalMove otherwise: a bug of ours, never a state
+        the store would refuse in silence) and recorded in the run store, so memory and
+        store never disagree."""
+        check_move(self.state, new, ClusterState, f"cluster {self.id}")
+        self.state = new
+        self._store_state(new.value)
 
     def _store_state(self, state: str) -> None:
         record(self.writer(), "set_cluster_state", self.id, state, self.backend)

@@ -43,10 +43,11 @@ def _clean_up_on_parent_death(parent: int) -> None:
     """SIGTERM is what the OS sends when the kernel dies (engine/parent.py): then the
     clean-up, and the end. A SIGTERM while the kernel lives is ipyparallel's stop."""
     import signal
+    import types
 
     previous = signal.getsignal(signal.SIGTERM)
 
-    def on_term(signum: int, frame: object) -> None:
+    def on_term(signum: int, frame: types.FrameType | None) -> None:
         if os.getppid() != parent:
             try:
                 _remove_cluster_files()
@@ -109,9 +110,9 @@ def _register_hearts_sooner() -> None:
 
 
 def main() -> None:
-    import dist_notebook.cluster.reap  # noqa: F401 - loaded now, used at the kernel's death
     import signal
 
+    import dist_notebook.cluster.reap  # noqa: F401 - loaded now, used at the kernel's death
     from dist_notebook.engine.parent import named_parent, watch_parent
 
     parent = named_parent()

@@ -73,7 +73,7 @@ class ClusterHealth:
     def local_pids(self) -> list[int]:
         raise NotImplementedError
 
-    def _store_state(self, state: str) -> None:
+    def move(self, new: ClusterState) -> None:
         raise NotImplementedError
 
     async def restart(self, everything: bool = False) -> Any:
@@ -155,8 +155,7 @@ class ClusterHealth:
                     rank=info.rank,
                 )
         if ranks and self.state == ClusterState.READY:
-            self.state = ClusterState.DEGRADED
-            self._store_state("degraded")
+            self.move(ClusterState.DEGRADED)
 
     def _watch_health(self) -> None:
         """While the cluster runs: notice an engine the controller dropped (a stopped or
@@ -224,10 +223,9 @@ class ClusterHealth:
             else (f"exit code {code}")
         )
         self.failure = f"the controller died ({how}): run %dist_cluster restart to start a new one"
-        self.state = ClusterState.FAILED
         for info in self.ranks:
             info.state = "stopped"
-        self._store_state("failed")
+        self.move(ClusterState.FAILED)  # its ranks stopped in the store too
         record(self.writer(), "add_event", "controller-died", how, cluster_id=self.id)
         engines = [p for p in self.local_pids() if p != stop_data.get("pid")]
         tree = reap.process_tree(engines)

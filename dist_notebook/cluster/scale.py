@@ -46,6 +46,7 @@ from typing import Any
 from traitlets.config import Config
 
 from ..engine.rankenv import set_threads
+from ..protocol import ClusterState
 from .hosts import HostsError, format_hosts, parse_hosts
 from .launchers import mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
@@ -111,8 +112,7 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
                 return 0.0
     if n == old and not target:
         return 0.0
-    cluster.state = type(cluster.state)("restarting")
-    cluster._store_state("restarting")
+    cluster.move(ClusterState.RESTARTING)
     failed: GrowError | None = None
     try:
         previous: list[str] | None = None
@@ -136,8 +136,7 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         cluster.progress(f"re-creating the process group on {len(ids)} ranks")
         await cluster.init_group()
     except BaseException:
-        cluster.state = type(cluster.state)("failed")
-        cluster._store_state("failed")
+        cluster.move(ClusterState.FAILED)
         raise
     cluster._ready(t0)
     if failed is not None:

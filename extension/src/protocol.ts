@@ -14,11 +14,11 @@ export const STRAGGLER_MIN_DELAY = 0.1;
 /** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */
 export type JsonNumber = number | 'nan' | 'inf' | '-inf';
 
-/** new -> starting -> ready | failed; ready -> degraded (a rank died or hangs) -> restarting -> ready | failed; any live state -> stopping -> stopped. ``orphaned``: the kernel that owned it is gone (the server found it so and stopped its processes). */
+/** new -> starting -> ready | failed; ready -> degraded (a rank died or hangs) -> restarting -> ready | failed; any live state -> stopping -> stopped; ready -> failed (the controller died); new -> failed (a start refused before it began). A stopped or failed cluster may live again under its id: -> starting. ``orphaned``: the kernel that owned it is gone (the server found it so and stopped its processes). */
 
 export type ClusterState = 'new' | 'starting' | 'ready' | 'degraded' | 'restarting' | 'stopping' | 'stopped' | 'failed' | 'orphaned';
 
-export const CLUSTERSTATE_TRANSITIONS = { new: ['starting', 'stopped'], starting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], ready: ['degraded', 'orphaned', 'restarting', 'stopped', 'stopping'], degraded: ['failed', 'orphaned', 'ready', 'restarting', 'stopped', 'stopping'], restarting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], stopping: ['failed', 'stopped'], stopped: [], failed: ['stopped', 'stopping'], orphaned: ['stopped'] };
+export const CLUSTERSTATE_TRANSITIONS = { new: ['failed', 'starting', 'stopped'], starting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], ready: ['degraded', 'failed', 'orphaned', 'restarting', 'stopped', 'stopping'], degraded: ['failed', 'orphaned', 'ready', 'restarting', 'stopped', 'stopping'], restarting: ['failed', 'orphaned', 'ready', 'stopped', 'stopping'], stopping: ['failed', 'stopped'], stopped: ['starting'], failed: ['starting', 'stopped', 'stopping'], orphaned: ['stopped'] };
 
 /** A rank of a cluster: idle <-> busy; -> unresponsive (no heartbeat, e.g. SIGSTOP) -> idle again when it answers; -> dead (its process exited); -> stopped. */
 
@@ -37,6 +37,14 @@ export const RUNSTATE_TRANSITIONS = { pending: ['cancelled', 'failed', 'orphaned
 export type RunRankState = 'pending' | 'running' | 'done' | 'failed' | 'released' | 'dead' | 'cancelled';
 
 export const RUNRANKSTATE_TRANSITIONS = { pending: ['cancelled', 'dead', 'done', 'failed', 'released', 'running'], running: ['cancelled', 'dead', 'done', 'failed', 'released'], done: [], failed: [], released: [], dead: [], cancelled: [] };
+
+export const ENDED_CLUSTER_STATES: ReadonlySet<ClusterState> = new Set<ClusterState>(['stopped', 'failed', 'orphaned']);
+
+export const LIVE_CLUSTER_STATES: ReadonlySet<ClusterState> = new Set<ClusterState>(['new', 'starting', 'ready', 'degraded', 'restarting', 'stopping']);
+
+export const ACTIVE_RUN_STATES: ReadonlySet<RunState> = new Set<RunState>(['pending', 'running']);
+
+export const ENDED_RUN_STATES: ReadonlySet<RunState> = new Set<RunState>(['succeeded', 'failed', 'cancelled', 'orphaned']);
 
 /** One record as the REST API and the live chart carry it. */
 export interface IRecord {

@@ -13,18 +13,9 @@ import type {
 
 export type { ClusterState, EngineState, RunRankState, RunState };
 
-/** Cluster states with no processes left to act on: shown in the history. */
-export const ENDED_CLUSTER_STATES: ReadonlySet<ClusterState> = new Set<ClusterState>([
-  'stopped',
-  'failed',
-  'orphaned'
-]);
-
-/** Run states of a run still going. */
-export const ACTIVE_RUN_STATES: ReadonlySet<RunState> = new Set<RunState>([
-  'pending',
-  'running'
-]);
+// Cluster states with no processes left (the history), and those of a run still going:
+// stated once in dist_notebook/protocol.py, generated into protocol.ts.
+export { ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES } from './protocol';
 
 /** One rank of a cluster: an ipyparallel engine with its torch rank. */
 export interface IRankModel {

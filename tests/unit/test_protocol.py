@@ -154,3 +154,60 @@ def test_gpu_samples_travel_and_are_summarised(tmp_path: Path) -> None:
     summary = reader.summary("r")
     assert summary is not None and summary.ranks[0].gpu_mem == gpu["mem"]
     assert summary.ranks[0].gpu_util == 0.93 and summary.ranks[0].gpu_power == 612.0
+
+
+def test_cluster_state_changes_only_through_move() -> None:
+    """No code assigns a cluster's state but DistCluster.move (which checks the table
+    and records to the store) and the constructor's first NEW."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "dist_notebook").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                for target in targets:
+                    if not (isinstance(target, ast.Attribute) and target.attr == "state"):
+                        continue
+                    text = ast.unparse(node.value)
+                    if "ClusterState" in text or "type(cluster.state)" in text:
+                        if func.name not in ("move", "__init__"):
+                            offenders.append(f"{path.name}:{node.lineno} in {func.name}")
+    assert offenders == [], offenders
+
+
+def test_moves_the_code_makes_are_in_the_table() -> None:
+    """The edges the cluster's own paths take (memory and store agree on each)."""
+    c = protocol.ClusterState
+    moves = [
+        (c.NEW, c.STARTING),
+        (c.STARTING, c.READY),
+        (c.READY, c.RESTARTING),
+        (c.RESTARTING, c.READY),
+        (c.READY, c.DEGRADED),
+        (c.DEGRADED, c.RESTARTING),
+        (c.READY, c.FAILED),  # the controller died
+        (c.NEW, c.FAILED),  # a start refused before it began
+        (c.FAILED, c.STARTING),
+        (c.STOPPED, c.STARTING),  # a second life, same id
+        (c.READY, c.STOPPING),
+        (c.STOPPING, c.STOPPED),
+        (c.STARTING, c.FAILED),
+    ]
+    for old, new in moves:
+        protocol.check_move(old, new, c, "test")
+    with pytest.raises(protocol.IllegalMove, match="stopped -> ready"):
+        protocol.check_move(c.STOPPED, c.READY, c, "cluster x")
+
+
+def test_groupings_partition_the_states() -> None:
+    assert protocol.LIVE_CLUSTER_STATES | protocol.ENDED_CLUSTER_STATES == set(
+        protocol.ClusterState
+    )
+    assert not protocol.LIVE_CLUSTER_STATES & protocol.ENDED_CLUSTER_STATES
+    assert protocol.ENDED_RUN_STATES == {
+        s for s in protocol.RunState if protocol.is_final(s, protocol.RunState)
+    }
