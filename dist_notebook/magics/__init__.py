@@ -19,6 +19,14 @@ def register(ipython: Any) -> None:
         ipython.register_magics(cls(ipython, session=session))
     ipython.register_magics(RunsMagics(ipython))
     _register_completers(ipython)
+    _register_rank_side(ipython, session)
+
+
+def _register_rank_side(ipython: Any, session: Session) -> None:
+    """Tab and Shift-Tab from the ranks in cells that run there (magics/complete.py)."""
+    from .complete import register as register_completion
+
+    register_completion(ipython, session, lambda: False)
 
 
 def _register_completers(ipython: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,14 +92,17 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     tmp = tmp_path_factory.mktemp("iterate")
     env = dict(os.environ)
     env.update(CUDA_VISIBLE_DEVICES="", DIST_NOTEBOOK_STORE=str(tmp / "runs.sqlite"))
-    env["PYTHONPATH"] = str(tmp)  # the rank-side module of the autoreload test
+    # The rank-side module of the autoreload test is found in the kernel's directory.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp), env.get("PYTHONPATH")) if p)
     k = Kernel(env, tmp)
     k.tmp = tmp  # type: ignore[attr-defined]
-    text = k.ok("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu")
-    assert re.search(r"cluster \w+: ready", text), text
-    yield k
-    k.run("%dist_cluster stop")
-    k.close()
+    try:
+        text = k.ok("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu")
+        assert re.search(r"cluster \w+: ready", text), text
+        yield k
+        k.run("%dist_cluster stop")
+    finally:
+        k.close()
 
 
 # --- 6: a second Run All ------------------------------------------------------------------
@@ -165,3 +169,111 @@ def test_dist_debug_after_a_kernel_error_asks_for_a_rank(kernel: Kernel) -> None
     kernel.run("1 / 0")
     text, _ = kernel.run("%dist_debug")
     assert "UsageError: %dist_debug: the last error was not a rank's; name the rank" in text
+
+
+# --- 3: Tab and Shift-Tab from the ranks ------------------------------------------------------
+
+RANK_SIDE = '''%%dist
+only_on_ranks_x = 41 + rank
+
+
+class Box:
+    """A box that lives on the ranks."""
+
+    def __init__(self, width: int, height: int = 2) -> None:
+        self.inner_value = width * height
+
+
+box = Box(3)
+'''
+
+
+def complete(kernel: Kernel, code: str) -> tuple[list[str], float]:
+    """The matches of a complete_request at the end of *code*, and its reply time (s)."""
+    start = time.monotonic()
+    msg_id = kernel.kc.complete(code, len(code))
+    reply = kernel.kc.get_shell_msg(timeout=10)
+    took = time.monotonic() - start
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return reply["content"]["matches"], took
+
+
+def inspect(kernel: Kernel, code: str) -> dict[str, Any]:
+    msg_id = kernel.kc.inspect(code, len(code), detail_level=0)
+    reply = kernel.kc.get_shell_msg(timeout=10)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return reply["content"]
+
+
+# How long each question to a rank kept the kernel (magics/complete.py measures it).
+ASK_TIMES = "print(*_complete.for_shell(get_ipython()).waits)"
+CLEAR_TIMES = "_complete.for_shell(get_ipython()).waits.clear()"
+
+
+@pytest.fixture(scope="module")
+def rank_names(kernel: Kernel) -> Kernel:
+    kernel.ok(RANK_SIDE)
+    kernel.ok("kernel_only_y = 1\nfrom dist_notebook.magics import complete as _complete")
+    return kernel
+
+
+def test_tab_in_a_dist_cell_offers_rank_names_within_200_ms(rank_names: Kernel) -> None:
+    rank_names.ok(CLEAR_TIMES)
+    replies = []
+    for _ in range(7):
+        matches, took = complete(rank_names, "%%dist\nx = only_on_r")
+        assert "only_on_ranks_x" in matches, matches
+        replies.append(took)
+    # The rank's part of each reply, as the kernel timed it (the rest is the kernel's own
+    # completer, jedi included, which a plain cell pays as well).
+    asks = [float(t) for t in rank_names.ok(ASK_TIMES).split()]
+    replies.sort()
+    asks.sort()
+    print(
+        f"complete_reply median {replies[3] * 1000:.0f} ms; rank part median "
+        f"{asks[len(asks) // 2] * 1000:.1f} ms, max {asks[-1] * 1000:.1f} ms"
+    )
+    assert len(asks) >= 7 and asks[len(asks) // 2] <= 0.2, asks
+    # Attributes of a rank-side object, and the kernel's own names beside the ranks'.
+    assert "box.inner_value" in complete(rank_names, "%%dist\nbox.inn")[0]
+    assert "kernel_only_y" in complete(rank_names, "%%dist\nprint(kernel_only_")[0]
+    train = complete(rank_names, "%%dist_train --steps 1 --ranks 1\nonly_on_r")[0]
+    assert "only_on_ranks_x" in train, train
+
+
+def test_tab_elsewhere_offers_only_the_kernel_names(rank_names: Kernel) -> None:
+    assert "only_on_ranks_x" not in complete(rank_names, "x = only_on_r")[0]
+    # On the magic's own line the flags are completed, not the ranks' names.
+    assert "--ranks" in complete(rank_names, "%%dist --ra")[0]
+
+
+def test_shift_tab_in_a_dist_cell_shows_the_rank_side_help(rank_names: Kernel) -> None:
+    reply = inspect(rank_names, "%%dist\nBox")
+    assert reply["found"], reply
+    text = _ANSI.sub("", reply["data"]["text/plain"])
+    assert "A box that lives on the ranks." in text and "width: int" in text, text
+    assert not inspect(rank_names, "Box")["found"]  # the kernel has no Box
+
+
+def test_question_mark_in_a_dist_cell_prints_the_rank_side_help(rank_names: Kernel) -> None:
+    text = rank_names.ok("%%dist --ranks 1\nBox?")
+    assert "A box that lives on the ranks." in text and "width: int" in text, text
+
+
+def test_a_busy_rank_leaves_the_kernel_completions_at_once(rank_names: Kernel) -> None:
+    rank_names.ok(
+        "from dist_notebook.magics.session import Session\n"
+        "import time\n"
+        "_c = Session.for_shell(get_ipython()).cluster\n"
+        "busy = _c.client[_c.engine_ids([0])].apply_async(time.sleep, 4)\n" + CLEAR_TIMES
+    )
+    for _ in range(3):
+        matches, took = complete(rank_names, "%%dist\nkernel_only_")
+        assert "kernel_only_y" in matches and took < 5, (matches, took)
+    assert "only_on_ranks_x" not in complete(rank_names, "%%dist\nonly_on_r")[0]
+    waits = [float(t) for t in rank_names.ok(ASK_TIMES).split()]
+    print("waits on a busy rank (s):", " ".join(f"{w:.3f}" for w in waits))
+    # The first question waits its bound; the rest see it unanswered and wait for nothing.
+    assert len(waits) == 4 and waits[0] <= 0.4 and max(waits[1:]) < 0.05, waits
+    rank_names.ok("busy.get(timeout=30)")
+    assert "only_on_ranks_x" in complete(rank_names, "%%dist\nonly_on_r")[0]
