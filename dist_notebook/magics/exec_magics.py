@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -12,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ..cluster import ClusterError
 from ..cluster.execute import RankError, run_on_ranks
 from ..cluster.scripts import run_script
+from ..cluster.tracebacks import render
 from ..cluster.transfer import pull, push
 from .args import (
     HELP,
@@ -23,13 +25,14 @@ from .args import (
     positive_float,
     strip_comment,
 )
-from .output import LabelledPrinter, Table, show_folded_streams, show_results
+from .output import FoldingPrinter, LabelledPrinter, Table, show_folded_streams, show_results
 from .session import Session
 
 DIST_EXAMPLES = """
   %%dist                     run the cell on every rank
   %%dist --ranks 0           only on rank 0
   %%dist --no-stream         output at the end, identical lines folded across ranks
+  %%dist --no-fold           a line per rank, even when many ranks print the same
   %%dist --timeout 60        interrupt the ranks after 60 s
 """
 
@@ -56,6 +59,11 @@ class ExecMagics(Magics):
     )
     @argument("--no-stream", action="store_true", help="show output at the end, folded")
     @argument(
+        "--no-fold",
+        action="store_true",
+        help="label every rank's lines apart (default: a line printed by many ranks once)",
+    )
+    @argument(
         "--timeout",
         type=positive_float,
         metavar="S",
@@ -71,17 +79,26 @@ class ExecMagics(Magics):
             return
         cluster = self.session.ready_cluster()
         ranks = check_ranks(args.ranks, cluster.n)
-        sink = None if args.no_stream else LabelledPrinter()
+        fold = not args.no_fold
+        sink: FoldingPrinter | LabelledPrinter | None = None
+        if not args.no_stream:
+            sink = FoldingPrinter(ranks or range(cluster.n)) if fold else LabelledPrinter()
         try:
             outputs = run_on_ranks(cluster, cell, ranks, sink=sink, timeout=args.timeout)
-        except RankError:
+        except RankError as e:
             self.session.after_failure()
+            if not fold:  # the traceback with a line for every other rank
+                unfolded = partial(render, e.failures, e.ranks, e.hint, fold=False)
+                e._render_traceback_ = unfolded  # type: ignore[method-assign]
             raise
         except ClusterError as e:
             raise UsageError(str(e)) from None
+        finally:
+            if sink is not None:
+                sink.close()  # what is held back shows before the traceback or Out[]
         if args.no_stream:
-            show_folded_streams(outputs)
-        show_results(outputs)
+            show_folded_streams(outputs, fold)
+        show_results(outputs, fold)
 
     @line_magic
     def dist_push(self, line: str) -> None:

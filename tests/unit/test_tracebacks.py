@@ -5,7 +5,7 @@ from __future__ import annotations
 from ipyparallel.error import RemoteError
 
 from dist_notebook.cluster.execute import RankError, RankOutput
-from dist_notebook.cluster.tracebacks import renumber
+from dist_notebook.cluster.tracebacks import render, renumber
 
 TB = "Traceback (most recent call last):\n  Cell In[1], line 3\nValueError: bad batch\n"
 
@@ -14,8 +14,8 @@ def failure(rank: int, ename: str, evalue: str, tb: str = "") -> RankOutput:
     return RankOutput(rank=rank, error=RemoteError(ename, evalue, tb))
 
 
-def test_first_rank_traceback_once_and_why_the_others_stopped() -> None:
-    error = RankError(
+def four_ranks() -> RankError:
+    return RankError(
         [
             failure(1, "ValueError", "bad batch", TB),
             failure(0, "RuntimeError", "Connection closed by peer [127.0.0.1]:1234"),
@@ -24,17 +24,58 @@ def test_first_rank_traceback_once_and_why_the_others_stopped() -> None:
         ],
         [0, 1, 2, 3],
     )
-    lines = error._render_traceback_()
-    assert lines[0] == "--- rank 1 raised ValueError ---"
+
+
+def test_first_rank_traceback_once_and_why_the_others_stopped() -> None:
+    lines = four_ranks()._render_traceback_()
+    # Rank 2 raised the very same error: one traceback, under both ranks.
+    assert lines[0] == "--- ranks 1,2 raised ValueError ---"
     # Outside a notebook cell there is no notebook number: none, not the engine's.
     assert lines[1:4] == TB.replace("Cell In[1]", "This cell").rstrip("\n").splitlines()
+    assert lines[4:] == [
+        "[rank 0] released after ranks 1,2 raised ValueError (here: RuntimeError: Connection"
+        " closed by peer [127.0.0.1]:1234)",
+        "[rank 3] also raised ValueError: other batch",
+    ]
+    assert not any("Engine Exception" in line or ":execute]" in line for line in lines)
+
+
+def test_unfolded_a_line_for_every_other_rank() -> None:
+    error = four_ranks()
+    lines = render(error.failures, error.ranks, fold=False)  # %%dist --no-fold
+    assert lines[0] == "--- rank 1 raised ValueError ---"
     assert lines[4:] == [
         "[rank 0] released after rank 1 raised ValueError (here: RuntimeError: Connection"
         " closed by peer [127.0.0.1]:1234)",
         "[rank 2] raised the same ValueError",
         "[rank 3] also raised ValueError: other batch",
     ]
-    assert not any("Engine Exception" in line or ":execute]" in line for line in lines)
+
+
+def test_64_ranks_the_same_error_one_traceback() -> None:
+    error = RankError([failure(r, "ValueError", "bad batch", TB) for r in range(64)], [*range(64)])
+    lines = error._render_traceback_()
+    assert lines[0] == "--- ranks 0-63 raised ValueError ---"
+    assert len(lines) == 4  # the header and the traceback, nothing per rank
+
+
+def test_64_ranks_different_errors_each_once_with_their_ranks() -> None:
+    failures = [failure(5, "ValueError", "bad batch", TB)]
+    failures += [failure(r, "ValueError", f"batch {r % 2}", TB) for r in range(6, 10)]
+    failures += [
+        failure(r, "RuntimeError", f"Connection closed by peer [10.0.0.{r}]:1234")
+        for r in range(64)
+        if not 5 <= r < 10
+    ]
+    lines = RankError(failures, [*range(64)])._render_traceback_()
+    assert lines[0] == "--- rank 5 raised ValueError ---"
+    assert lines[4:] == [
+        # The released ranks' values differ (a peer's address): one line, one example.
+        "[ranks 0-4,10-63] released after rank 5 raised ValueError (rank 0: RuntimeError:"
+        " Connection closed by peer [10.0.0.0]:1234)",
+        "[ranks 6,8] also raised ValueError: batch 0",
+        "[ranks 7,9] also raised ValueError: batch 1",
+    ]
 
 
 def test_a_dead_rank_names_itself_and_frees_the_others() -> None:
