@@ -45,6 +45,7 @@ from .launchers import (
     remote_engines,
 )
 from .loop import run_sync
+from .owner import ClusterOwner
 from .placement import ranks_across_hosts
 from .spec import ClusterConfigError, ClusterSpec
 
@@ -113,6 +114,8 @@ class DistCluster(ClusterHealth):
         # Made by start() and removed by stop() or a failed start, so a cluster that is
         # refused or never started leaves no folder behind.
         self.stack_dir = ""
+        # Stops and interrupts it for every entry point, the panel's requests included.
+        self.owner = ClusterOwner(self)
 
     # --- properties ------------------------------------------------------------
     @property
@@ -206,6 +209,7 @@ class DistCluster(ClusterHealth):
     def _ready(self, t0: float) -> DistCluster:
         self.start_seconds = time.perf_counter() - t0
         self.move(ClusterState.READY)
+        self.owner.watch()  # the panel's Stop and Interrupt reach this life of it
         self._owner_only_files()  # the engine-set file is written once engines run
         self._start_health_watch()
         return self

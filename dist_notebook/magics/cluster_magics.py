@@ -204,7 +204,6 @@ class ClusterMagics(Magics):
         if cluster.state != ClusterState.READY:
             cluster.start_sync()
         warm_up()  # torch into the kernel meanwhile: the first %dist_pull of tensors needs it
-        self.session.started(cluster)
         display(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:
@@ -219,9 +218,9 @@ class ClusterMagics(Magics):
         if cluster is None or cluster.state == ClusterState.STOPPED:
             print("no cluster is running")
             return
-        self.session.stop(cluster)
+        # The owner cancels a run first, and starts a spare if this spec is kept warm.
+        cluster.owner.stop()
         print(f"cluster {cluster.id} stopped")
-        pool.stopped(cluster.spec)  # a spare for the next start, if this spec is kept warm
 
     def _stacks(self, args: Any) -> None:
         """The hang report: every rank's Python stack now (nothing is interrupted)."""

@@ -2,80 +2,38 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from IPython.core.error import UsageError
 
 from ..cluster import ClusterState, DistCluster
 
-# How long a stop waits for a cancelled run to end (its ranks interrupted, its last
-# records in) before the cluster is stopped under it.
-STOP_WAIT_S = 30.0
-
 
 class Session:
-    """Holds the cluster the magics act on (one per IPython shell)."""
+    """Holds the cluster the magics act on (one per IPython shell). Stop, interrupt and
+    the panel's requests are the cluster's owner's (cluster/owner.py), not this one's."""
 
     _by_shell: dict[int, Session] = {}
 
     def __init__(self) -> None:
         self.cluster: DistCluster | None = None
-        # The training run in progress (blocking or --background), for stop and interrupt.
+        # The training run this kernel started last (blocking or --background).
         self.run: Any = None
-        self._watchers: dict[str, Any] = {}
-        # Clusters a stop is under way for (from the panel, on the watcher's thread): from
-        # the moment their run is cancelled until they are stopped, no cell may use them.
-        self._stopping: set[str] = set()
-
-    def started(self, cluster: DistCluster) -> None:
-        """Follow the panel's requests for *cluster* (it just started in this kernel)."""
-        from .control import ControlWatcher
-
-        self._watchers[cluster.id] = ControlWatcher(self, cluster).start()
 
     def active_run(self, cluster: DistCluster) -> Any:
-        run = self.run
-        if run is not None and run.cluster is cluster and run.state.value in ("pending", "running"):
-            return run
-        return None
+        return cluster.owner.active_run()
 
     def interrupt(self, cluster: DistCluster) -> str:
-        """The kernel's interrupt: a training run in progress is cancelled; otherwise
-        every rank gets SIGINT (the running cell raises KeyboardInterrupt)."""
-        run = self.active_run(cluster)
-        if run is not None:
-            run.stop()
-            return f"run {run.name} cancelled"
-        cluster.interrupt()
-        return "ranks interrupted"
+        return cluster.owner.interrupt()
 
     def stop(self, cluster: DistCluster, reason: str = "%dist_cluster stop") -> str:
-        """Cancel the run in progress, let it end, then stop the cluster (idempotent)."""
-        self._stopping.add(cluster.id)
-        try:
-            run = self.active_run(cluster)
-            if run is not None:
-                run.stop()
-                deadline = time.monotonic() + STOP_WAIT_S
-                while run.state.value in ("pending", "running") and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            watcher = self._watchers.pop(cluster.id, None)
-            if watcher is not None:
-                watcher.close()
-            cluster.stop_sync()
-        finally:
-            self._stopping.discard(cluster.id)
-        return "stopped"
+        return cluster.owner.stop(reason)
 
     def stopping(self, cluster: DistCluster) -> bool:
-        return cluster.id in self._stopping or cluster.state == ClusterState.STOPPING
+        return cluster.owner.stopping()
 
     def wait_for_stop(self, cluster: DistCluster, timeout: float) -> None:
-        """Wait (up to *timeout* s) for a stop under way, e.g. Stop in the panel."""
-        deadline = time.monotonic() + timeout
-        while self.stopping(cluster) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        cluster.owner.wait_for_stop(timeout)
 
     @classmethod
     def for_shell(cls, shell: Any) -> Session:

@@ -26,7 +26,7 @@ log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
 # A cluster in one of these states has no processes left to signal.
 ENDED_CLUSTER_STATES = ("stopped", "failed")
-# The owning kernel looks for requests every 0.2 s (magics/control.py); it has this long
+# The owning kernel looks for requests every 0.2 s (cluster/owner.py); it has this long
 # to take one, on a busy machine, before the server says it does not answer.
 TAKE_S = 5.0
 # A stop lets a cancelled run end (up to 30 s), then stops the cluster (~5 s).

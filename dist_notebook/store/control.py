@@ -25,7 +25,7 @@ from .schema import StoreError, StoreLocked, connect, is_locked, opening_error
 log = logging.getLogger("dist_notebook")
 ACTIONS = ("interrupt", "stop")
 # How long the kernel's take waits for another program's lock: about one poll of the
-# watcher (dist_notebook/magics/control.py), which then looks again.
+# watcher (dist_notebook/cluster/owner.py), which then looks again.
 TAKE_BUSY_MS = 200
 BUSY_MS = 5000
 TELL_AFTER_S = 5.0  # a lock this long is said (once): as long as a write waits for one

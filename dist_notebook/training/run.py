@@ -98,6 +98,9 @@ def _claim(run: TrainingRun) -> None:
                 f"then start {run.name} again"
             )
         _active[run.cluster.id] = run
+    owner = getattr(run.cluster, "owner", None)
+    if owner is not None:
+        owner.run = run  # a stop cancels it first, an interrupt cancels it
 
 
 def _release(run: TrainingRun) -> None:

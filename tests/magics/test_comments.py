@@ -25,8 +25,9 @@ def test_cluster_status_with_a_comment(
 
 
 def test_start_with_a_comment_reaches_the_start(shell: Any, cluster2: Any) -> None:
-    # The comment is gone, so the start itself answers: a cluster already runs.
-    result = shell.run_cell("%dist_cluster start -n 2 --cpu   # one rank per visible GPU")
+    # The comment is gone, so the start itself answers: a cluster of another spec runs
+    # (the same spec again would be reused).
+    result = shell.run_cell("%dist_cluster start -n 3 --cpu   # one rank per visible GPU")
     assert "use %dist_cluster restart, or %dist_cluster stop first" in str(result.error_in_exec)
 
 

@@ -100,7 +100,7 @@ def test_bad_timeout(no_cluster: Any) -> None:
 
 
 def test_start_while_running(shell: Any, cluster2: Any) -> None:
-    message = usage_error(shell.run_line_magic, "dist_cluster", "start -n 2 --cpu")
+    message = usage_error(shell.run_line_magic, "dist_cluster", "start -n 3 --cpu")
     assert "use %dist_cluster restart, or %dist_cluster stop first" in message
 
 

@@ -102,3 +102,32 @@ async def test_panel_interrupt_and_stop_through_the_owning_kernel(
         if session.cluster is not None:
             session.cluster.stop_sync()
         cluster.stop_sync()
+
+
+async def test_a_scripts_cluster_answers_the_panel_and_its_stop_refills_the_pool(
+    jp_fetch: Any,
+) -> None:
+    """A cluster started with the Python API, no magic involved (as a plain script
+    does), has an owner: the panel's Interrupt and Stop reach it (they were answered
+    409 when the owner lived in the magics), and a Stop starts the spare of a spec kept
+    warm, as %dist_cluster stop does."""
+    from dist_notebook import ClusterSpec, DistCluster
+    from dist_notebook.cluster import pool
+
+    spec = ClusterSpec(n=2)
+    cluster = DistCluster(spec)
+    cluster.start_sync()
+    try:
+        pool.keep_warm(spec, now=False)
+        reply = await post(jp_fetch, cluster.id, "interrupt")
+        assert reply["via"] == "kernel" and reply["result"] == "ranks interrupted"
+        reply = await post(jp_fetch, cluster.id, "stop")
+        assert (reply["via"], reply["state"], reply["result"]) == ("kernel", "stopped", "stopped")
+        assert cluster.state.value == "stopped"
+        assert [s.spec for s in pool.spares()] == [spec]  # the pool's spare, starting
+        spare = pool.take(spec, lambda *_: None, timeout=120)
+        assert spare is not None and spare.state.value == "ready"
+        spare.stop_sync()
+    finally:
+        pool.clear()
+        cluster.stop_sync()

@@ -1,0 +1,137 @@
+"""The owner of a cluster: the one object that stops and interrupts it, for everybody.
+
+Every entry point acts through it: ``%dist_cluster stop`` and the magics' interrupt, a
+script's ``DistCluster(...).start_sync()``, the warm pool's spares, and the side panel,
+whose Stop and Interrupt arrive as rows of the run store's control queue
+(dist_notebook/store/control.py) that the owner's watcher thread takes and answers. The
+cluster makes its owner and starts the watcher each time it becomes ready (every life,
+a restart after a failure included), so a cluster started from a plain script answers
+the panel as one started from a notebook does. The watcher runs beside a blocking cell,
+which holds the main thread but not this one.
+
+A training run registers here while it goes (``run``), so that a stop cancels it first
+and lets it record its end, and an interrupt cancels it rather than signalling ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from ..protocol import ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES, ClusterState
+from ..store import StoreError
+from ..store.control import ControlQueue
+
+log = logging.getLogger("dist_notebook")
+POLL_S = 0.2  # how often the watcher looks for a request: the panel's Stop waits this long
+# How long a stop waits for a cancelled run to end (its ranks interrupted, its last
+# records in) before the cluster is stopped under it.
+STOP_WAIT_S = 30.0
+
+
+class ClusterOwner:
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.run: Any = None  # the training run in progress, set by the run itself
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    # --- what every entry point calls ------------------------------------------
+    def active_run(self) -> Any:
+        run = self.run
+        if run is not None and run.state in ACTIVE_RUN_STATES:
+            return run
+        return None
+
+    def interrupt(self) -> str:
+        """A training run in progress is cancelled; otherwise every rank gets SIGINT
+        (the running cell raises KeyboardInterrupt)."""
+        run = self.active_run()
+        if run is not None:
+            run.stop()
+            return f"run {run.name} cancelled"
+        self.cluster.interrupt()
+        return "ranks interrupted"
+
+    def stop(self, reason: str = "%dist_cluster stop") -> str:
+        """Cancel the run in progress, let it end, then stop the cluster (idempotent);
+        a spare of the same spec is started for the next start if the pool keeps one."""
+        from . import pool
+
+        self._stopping.set()
+        try:
+            run = self.active_run()
+            if run is not None:
+                log.info("%s: cancelling run %s first", reason, run.name)
+                run.stop()
+                deadline = time.monotonic() + STOP_WAIT_S
+                while run.state in ACTIVE_RUN_STATES and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            self._closed.set()
+            self.cluster.stop_sync()
+        finally:
+            self._stopping.clear()
+        pool.stopped(self.cluster.spec)
+        return "stopped"
+
+    def stopping(self) -> bool:
+        return self._stopping.is_set() or self.cluster.state == ClusterState.STOPPING
+
+    def wait_for_stop(self, timeout: float) -> None:
+        """Wait (up to *timeout* s) for a stop under way, e.g. Stop in the panel."""
+        deadline = time.monotonic() + timeout
+        while self.stopping() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    # --- the panel's requests ---------------------------------------------------
+    def watch(self) -> None:
+        """Take the panel's requests for this life of the cluster (a watcher that
+        ended with an earlier life is started anew)."""
+        with self._lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            self._closed.clear()
+            self._watcher = threading.Thread(
+                target=self._loop, name=f"dist-notebook-owner-{self.cluster.id}", daemon=True
+            )
+            self._watcher.start()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _loop(self) -> None:
+        try:
+            queue = ControlQueue()
+        except StoreError as e:
+            log.warning("%s; the panel's Stop and Interrupt will not reach this cluster", e)
+            return
+        try:
+            while not self._closed.wait(POLL_S):
+                if self.cluster.state in ENDED_CLUSTER_STATES:
+                    return
+                for seq, action in self._take(queue):
+                    self._act(queue, seq, action)
+        finally:
+            queue.close()
+
+    def _take(self, queue: ControlQueue) -> list[tuple[int, str]]:
+        try:
+            return queue.take(self.cluster.id)
+        except StoreError as e:  # a locked store: try again at the next poll
+            log.warning("%s", e)
+            return []
+
+    def _act(self, queue: ControlQueue, seq: int, action: str) -> None:
+        try:
+            if action == "stop":
+                result = self.stop(reason="Stop in the JupyterLab panel")
+            else:
+                result = self.interrupt()
+            queue.finish(seq, result)
+        except Exception as e:  # the request gets the error; the owner keeps watching
+            log.warning("%s from the panel failed: %s", action, e)
+            queue.finish(seq, "error", f"{type(e).__name__}: {e}")
