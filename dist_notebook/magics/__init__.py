@@ -11,11 +11,12 @@ def register(ipython: Any) -> None:
     from .cluster_magics import ClusterMagics
     from .debug_magics import DebugMagics
     from .exec_magics import ExecMagics
+    from .reload_magics import ReloadMagics
     from .runs_magics import RunsMagics
     from .train_magics import TrainMagics
 
     session = Session.for_shell(ipython)
-    for cls in (ClusterMagics, ExecMagics, TrainMagics, DebugMagics):
+    for cls in (ClusterMagics, ExecMagics, TrainMagics, DebugMagics, ReloadMagics):
         ipython.register_magics(cls(ipython, session=session))
     ipython.register_magics(RunsMagics(ipython))
     _register_completers(ipython)

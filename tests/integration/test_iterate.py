@@ -277,3 +277,39 @@ def test_a_busy_rank_leaves_the_kernel_completions_at_once(rank_names: Kernel) -
     assert len(waits) == 4 and waits[0] <= 0.4 and max(waits[1:]) < 0.05, waits
     rank_names.ok("busy.get(timeout=30)")
     assert "only_on_ranks_x" in complete(rank_names, "%%dist\nonly_on_r")[0]
+
+
+# --- 4: %dist_autoreload ------------------------------------------------------------------------
+
+
+def write_module(path: Path, value: int) -> None:
+    path.write_text(f"def value():\n    return {value}\n")
+    # A new mtime for certain: autoreload compares it, and the edits come within a second.
+    stamp = time.time() + value
+    os.utime(path, (stamp, stamp))
+
+
+def values_on_ranks(kernel: Kernel, cell: str) -> list[str]:
+    text = kernel.ok(f"%%dist\n{cell}\nprint('rank', rank, 'has', rank_side_mod.value())")
+    return sorted(re.findall(r"rank \d has \d", text))
+
+
+def test_dist_autoreload_runs_an_edited_module_on_every_rank(kernel: Kernel) -> None:
+    module = kernel.tmp / "rank_side_mod.py"  # type: ignore[attr-defined]
+    write_module(module, 1)
+    text = kernel.ok("%dist_autoreload on")
+    assert "autoreload on for ranks 0,1: edited modules are reloaded before each cell" in text
+    assert values_on_ranks(kernel, "import rank_side_mod") == ["rank 0 has 1", "rank 1 has 1"]
+    write_module(module, 2)
+    assert values_on_ranks(kernel, "") == ["rank 0 has 2", "rank 1 has 2"]
+    # The kernel's own autoreload is left alone.
+    assert "False" in kernel.ok("print('autoreload' in get_ipython().extension_manager.loaded)")
+    assert "autoreload on for ranks 0,1" in kernel.ok("%dist_autoreload")
+    assert "autoreload off for ranks 0,1" in kernel.ok("%dist_autoreload off")
+    write_module(module, 3)
+    assert values_on_ranks(kernel, "") == ["rank 0 has 2", "rank 1 has 2"]
+
+
+def test_dist_autoreload_with_a_wrong_word_names_the_choices(kernel: Kernel) -> None:
+    text, _ = kernel.run("%dist_autoreload yes")
+    assert "UsageError" in text and "invalid choice: 'yes' (choose from 'on', 'off')" in text, text
