@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
+from ranklines import printed_starting
 
 from dist_notebook.cluster.execute import RankError
 from dist_notebook.magics import cluster_magics
@@ -379,8 +380,9 @@ def test_huge_output_comes_back(shell: Any, cluster2: Any, capsys: Any) -> None:
     shell.run_cell_magic("dist", "", "print('x' * (10 * 2**20))\n")
     took = time.monotonic() - t0
     out = capsys.readouterr().out
-    assert out.count("x") >= 2 * 10 * 2**20, len(out)
-    assert "[rank 0] x" in out and "[rank 1] x" in out
+    # Both ranks' 10 MB line, once if it folded into one (it may come in pieces).
+    assert out.count("x") >= 10 * 2**20, len(out)
+    assert printed_starting(out, "x") == {0, 1}
     t0 = time.monotonic()
     assert reduce_sum(cluster2) == ["3\n", "3\n"]
     assert time.monotonic() - t0 < 5

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from ranklines import printed_by
 
 from dist_notebook import ClusterSpec, DistCluster
 from dist_notebook.cluster import ClusterError
@@ -85,7 +86,7 @@ def test_sigcont_alone_brings_the_cluster_back(shell: Any, own_cluster: Any, cap
     result = shell.run_cell("%%dist\n" + ALL_REDUCE)
     assert result.error_in_exec is None, result.error_in_exec
     out = capsys.readouterr().out
-    assert "[rank 0] 3" in out and "[rank 1] 3" in out
+    assert printed_by(out, "3") == {0, 1}, out
     # Bound for a loaded 2-core host; bench/faults.py keeps the figure.
     assert time.monotonic() - t0 < 30
     # The survivor kept its variables.
