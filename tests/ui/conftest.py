@@ -123,7 +123,27 @@ def lab_without_extension(tmp_path: Path, request: pytest.FixtureRequest) -> Ite
     yield from _lab(tmp_path, request.node.name, disabled=("dist-notebook",))
 
 
-def _lab(tmp_path: Path, name: str, disabled: tuple[str, ...] = ()) -> Iterator[Lab]:
+@pytest.fixture
+def notebook7(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
+    """Jupyter Notebook 7 (the `notebook` package) instead of JupyterLab."""
+    pytest.importorskip("notebook", minversion="7")
+    yield from _lab(tmp_path, request.node.name, app="notebook")
+
+
+# What each server application is given beyond the common flags.
+APP_ARGS = {
+    "jupyterlab": [
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ],
+    "notebook": ["--JupyterNotebookApp.expose_app_in_browser=True"],
+}
+
+
+def _lab(
+    tmp_path: Path, name: str, disabled: tuple[str, ...] = (), app: str = "jupyterlab"
+) -> Iterator[Lab]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "root"
     root.mkdir()
@@ -160,7 +180,7 @@ def _lab(tmp_path: Path, name: str, disabled: tuple[str, ...] = ()) -> Iterator[
                 [
                     sys.executable,
                     "-m",
-                    "jupyterlab",
+                    app,
                     "--no-browser",
                     "--allow-root",
                     "--ServerApp.ip=127.0.0.1",
@@ -168,9 +188,7 @@ def _lab(tmp_path: Path, name: str, disabled: tuple[str, ...] = ()) -> Iterator[
                     "--ServerApp.port_retries=0",
                     f"--IdentityProvider.token={token}",
                     f"--ServerApp.root_dir={root}",
-                    "--LabApp.expose_app_in_browser=True",
-                    "--LabApp.news_url=",
-                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    *APP_ARGS[app],
                 ],
                 cwd=root,
                 env=env,
@@ -183,7 +201,7 @@ def _lab(tmp_path: Path, name: str, disabled: tuple[str, ...] = ()) -> Iterator[
             break
         _stop(process)
         if not re.search(r"already in use|Address already", log.read_text(errors="replace")):
-            pytest.fail(f"jupyter lab did not start; see {log}")
+            pytest.fail(f"{app} did not start; see {log}")
     else:
         pytest.fail(f"no free port for jupyter lab after 3 tries; see {log}")
     try:
