@@ -24,10 +24,13 @@ def register(ipython: Any) -> None:
 
 
 def _register_rank_side(ipython: Any, session: Session) -> None:
-    """Tab and Shift-Tab from the ranks in cells that run there (magics/complete.py)."""
+    """%dist_auto (magics/auto.py), and Tab and Shift-Tab from the ranks in the cells that
+    run there (magics/complete.py)."""
+    from .auto import register as register_auto
     from .complete import register as register_completion
 
-    register_completion(ipython, session, lambda: False)
+    mode = register_auto(ipython, session)
+    register_completion(ipython, session, mode.is_on)
 
 
 def _register_completers(ipython: Any) -> None:

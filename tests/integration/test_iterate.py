@@ -313,3 +313,39 @@ def test_dist_autoreload_runs_an_edited_module_on_every_rank(kernel: Kernel) -> 
 def test_dist_autoreload_with_a_wrong_word_names_the_choices(kernel: Kernel) -> None:
     text, _ = kernel.run("%dist_autoreload yes")
     assert "UsageError" in text and "invalid choice: 'yes' (choose from 'on', 'off')" in text, text
+
+
+# --- 5: %dist_auto --------------------------------------------------------------------------------
+
+
+def test_dist_auto_runs_plain_cells_on_the_ranks_and_magics_where_they_belong(
+    rank_names: Kernel,
+) -> None:
+    kernel = rank_names
+    kernel.ok("kernel_side_z = 'in the kernel'")
+    assert "auto on: every following cell runs on the ranks" in kernel.ok("%dist_auto on")
+    try:
+        text = kernel.ok("auto_x = rank * 7\nprint('auto on rank', rank)")
+        assert "[rank 0] auto on rank 0" in text and "[rank 1] auto on rank 1" in text, text
+        # Dist magics as themselves, kernel magics in the kernel.
+        assert "{0: 0, 1: 7}" in kernel.ok("%dist_pull auto_x --all")
+        who = kernel.ok("%who_ls")
+        assert "kernel_side_z" in who and "auto_x" not in who, who
+        assert "in the kernel" in kernel.ok("!echo {kernel_side_z}")
+        # An error is a rank's error; the next cell still runs on the ranks.
+        text, errors = kernel.run("1 / 0")
+        assert errors and re.match(r"rank \d raised ZeroDivisionError", errors[0]["evalue"]), errors
+        text, errors = kernel.run("def broken(:\n    pass")
+        assert errors and "SyntaxError" in errors[0]["evalue"], (text, errors)
+        shown = _ANSI.sub("", "\n".join(errors[0]["traceback"]))
+        assert "def broken(:" in shown and "^" in shown, shown
+        assert "[rank 1] 8" in kernel.ok("print(auto_x + 1)")
+        # Tab follows the mode: a plain cell completes from rank 0.
+        assert "only_on_ranks_x" in complete(kernel, "only_on_r")[0]
+        # A front end's own silent request stays in the kernel.
+        kernel.kc.execute_interactive("silent_k = 5", silent=True, timeout=REPLY_TIMEOUT_S)
+    finally:
+        assert "auto off: cells run in the kernel" in kernel.ok("%dist_auto off")
+    text = kernel.ok("print('kernel has', silent_k, 'auto_x' in dir())")
+    assert text.strip() == "kernel has 5 False", text
+    assert "only_on_ranks_x" not in complete(kernel, "only_on_r")[0]
