@@ -30,7 +30,7 @@ import ipyparallel as ipp
 import psutil
 from traitlets.config import Config
 
-from ..engine import group
+from ..engine import group, shm
 from ..privatedir import UnsafeDirectoryError, private_dir
 from ..protocol import ClusterState, check_move
 from ..store import StoreError, StoreWriter, store_path
@@ -163,6 +163,9 @@ class DistCluster(ClusterHealth):
         try:
             limits.check_address(self.spec.ip)
             limits.check_capacity(self.spec)
+            # Files in /dev/shm of this user's processes that ended without removing
+            # them (a kernel killed in a push): they hold memory until reboot otherwise.
+            shm.sweep_orphans()
         except ClusterConfigError:
             if self.state == ClusterState.NEW:
                 self.move(ClusterState.FAILED)  # refused: a new start may follow at once
@@ -520,10 +523,14 @@ class DistCluster(ClusterHealth):
 
     async def _teardown(self) -> None:
         self._tearing_down = True
+        writers = [r.pid for r in self.ranks if r.pid] if self.spec.launcher == "local" else []
         try:
             await self._stop_everything()
         finally:
             self._tearing_down = False
+            # What the ranks left in /dev/shm (a pull a rank wrote for a cell that
+            # was interrupted): their processes are gone, so the files can go.
+            shm.remove_files_of(writers)
 
     async def _stop_everything(self) -> None:
         if self.client is not None:

@@ -55,7 +55,12 @@ def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
     rebuilt here, where a failure is an error with a remedy, not a hang.
     """
     if _same_host(cluster):
-        outputs = apply_on_ranks(cluster, shm.evaluate, expression, ranks=ranks)
+        try:
+            outputs = apply_on_ranks(cluster, shm.evaluate, expression, ranks=ranks)
+        except BaseException:
+            # A rank raised (or the pull was interrupted) after others wrote their files.
+            shm.remove_files_of(rank_pids(cluster))
+            raise
         try:
             return {o.rank: _load(o.value, expression, o.rank) for o in outputs}
         finally:
@@ -82,6 +87,11 @@ def warm_up() -> None:
     threading.Thread(
         target=importlib.import_module, args=("torch",), name="dist-notebook-warm", daemon=True
     ).start()
+
+
+def rank_pids(cluster: Any) -> list[int]:
+    """The pids of the cluster's local ranks (the writers of their pulls' files)."""
+    return [r.pid for r in getattr(cluster, "ranks", []) if getattr(r, "pid", None)]
 
 
 def _same_host(cluster: Any) -> bool:

@@ -49,12 +49,65 @@ class Dumped:
 
 
 def available(nbytes: int) -> bool:
-    """Whether /dev/shm exists and has room for *nbytes* (with a margin)."""
+    """Whether /dev/shm exists and has room for *nbytes* (with a margin), in the file
+    system and in memory: a tmpfs is sized at half the RAM whatever is free, and
+    filling it past the free memory ends in an out-of-memory kill."""
     try:
         st = os.statvfs(SHM_DIR)
     except OSError:
         return False
-    return st.f_bavail * st.f_frsize > nbytes * 1.1 + (64 << 20)
+    import psutil
+
+    room = min(st.f_bavail * st.f_frsize, psutil.virtual_memory().available)
+    return room > nbytes * 1.1 + (64 << 20)
+
+
+# --- names, and what is left behind ---------------------------------------------------
+# Every file is named after the user and the process that wrote it, so that whatever a
+# path of ours misses (a rank that raised while the others had written theirs, an
+# interrupt, a kernel killed mid-push, an out-of-memory kill) is found and removed:
+# the files of a cluster's ranks at its errors and stop, and at any kernel's next start
+# the files of writers that are gone.
+_NAME = "dist-notebook-{uid}-{pid}-"
+
+
+def _prefix(pid: int | None = None) -> str:
+    return _NAME.format(uid=os.getuid(), pid=os.getpid() if pid is None else pid)
+
+
+def files_of(pids: list[int]) -> list[str]:
+    """This user's shared-memory files written by the processes *pids*."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return []
+    prefixes = tuple(_prefix(pid) for pid in pids)
+    return [os.path.join(SHM_DIR, n) for n in names if prefixes and n.startswith(prefixes)]
+
+
+def remove_files_of(pids: list[int]) -> int:
+    """Remove the files the processes *pids* wrote; return how many."""
+    found = files_of(pids)
+    for path in found:
+        remove(path)
+    return len(found)
+
+
+def sweep_orphans() -> int:
+    """Remove this user's files whose writer has ended; return how many."""
+    import psutil
+
+    mine = _NAME.format(uid=os.getuid(), pid="")[:-1]  # up to the writer's pid
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(mine)]
+    except OSError:
+        return 0
+    gone = set()
+    for name in names:
+        pid = name[len(mine) :].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            gone.add(int(pid))
+    return remove_files_of(sorted(gone))
 
 
 def _rebuild_tensor(index: int, dtype: str, shape: tuple[int, ...], grad: bool, param: bool) -> Any:
@@ -130,7 +183,7 @@ def dump(value: Any, min_bytes: int = MIN_BYTES) -> Dumped:
     for n in sizes:
         offsets.append((end, n))
         end += -(-n // ALIGN) * ALIGN
-    fd, path = tempfile.mkstemp(prefix="dist-notebook-", dir=SHM_DIR)
+    fd, path = tempfile.mkstemp(prefix=_prefix(), dir=SHM_DIR)
     try:
         os.ftruncate(fd, max(end, 1))
         for array, (offset, _) in zip(pickler.arrays, offsets, strict=True):
