@@ -24,6 +24,9 @@ MAGICS = {
     "dist_pull": "line",
     "dist_run": "line",
     "dist_runs": "line",
+    "dist_debug": "line",
+    "dist_autoreload": "line",
+    "dist_auto": "line",
 }
 KINDS = {"line": ("line",), "cell": ("cell",), "line_cell": ("line", "cell")}
 

@@ -9,12 +9,28 @@ import pytest
 from IPython.core.error import UsageError
 
 from dist_notebook import load_hint
-from dist_notebook.magics import cluster_magics, exec_magics, runs_magics, train_magics
+from dist_notebook.magics import (
+    auto,
+    cluster_magics,
+    debug_magics,
+    exec_magics,
+    reload_magics,
+    runs_magics,
+    train_magics,
+)
 
 
 def test_every_magic_has_a_stand_in() -> None:
     real = {}
-    for module in (cluster_magics, exec_magics, train_magics, runs_magics):
+    for module in (
+        cluster_magics,
+        exec_magics,
+        train_magics,
+        runs_magics,
+        debug_magics,
+        reload_magics,
+        auto,
+    ):
         for cls in vars(module).values():
             for kind, names in getattr(cls, "magics", {}).items():
                 for name in names:
