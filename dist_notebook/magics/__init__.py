@@ -36,8 +36,11 @@ def _register_rank_side(ipython: Any, session: Session) -> None:
 def _register_completers(ipython: Any) -> None:
     """Tab completion of each magic's subcommands and flags (``%dist_cluster st<TAB>``)."""
     from .args import completer, option_names
+    from .auto import AutoMagics
     from .cluster_magics import ACTIONS, ClusterMagics
+    from .debug_magics import DebugMagics
     from .exec_magics import ExecMagics
+    from .reload_magics import ReloadMagics
     from .runs_magics import RunsMagics
     from .train_magics import TrainMagics
 
@@ -48,6 +51,9 @@ def _register_completers(ipython: Any) -> None:
         "%%dist_train": (TrainMagics.dist_train, ()),
         "%dist_train": (TrainMagics.dist_train, ()),
         "%dist_runs": (RunsMagics.dist_runs, ()),
+        "%dist_debug": (DebugMagics.dist_debug, ()),
+        "%dist_autoreload": (ReloadMagics.dist_autoreload, ("on", "off")),
+        "%dist_auto": (AutoMagics.dist_auto, ("on", "off")),
     }
     for command, (magic, subcommands) in magics.items():
         words = [*subcommands, *option_names(magic.parser)]

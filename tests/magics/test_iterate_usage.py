@@ -68,6 +68,18 @@ def test_tab_in_a_dist_cell_without_a_cluster_is_the_kernels_at_once(no_cluster:
 
 
 @pytest.mark.parametrize(
+    ("line", "offered"),
+    [("%dist_auto o", ["off", "on"]), ("%dist_autoreload o", ["off", "on"])]
+    + [("%dist_debug --h", ["--help"])],
+)
+def test_tab_offers_the_words_of_the_new_magics(
+    no_cluster: Any, line: str, offered: list[str]
+) -> None:
+    found = completion_texts(no_cluster, line)
+    assert all(word in found for word in offered), found
+
+
+@pytest.mark.parametrize(
     ("cell", "line", "auto_on", "rank"),
     [
         ("%%dist\nx", 1, False, 0),
