@@ -21,6 +21,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { CommandIDs } from './commands';
 import { distIcon } from './icon';
+import { finalSavePlugin } from './finalsave';
 import { DistModel, RunModel } from './model';
 import { DistPanel } from './panel';
 import { OverlayView } from './overlay';
@@ -251,4 +252,4 @@ function addRunCommands(
   });
 }
 
-export default [plugin];
+export default [plugin, finalSavePlugin];

@@ -1,0 +1,98 @@
+"""A page reloaded mid-run, in JupyterLab with dist-notebook's labextension, under two
+busy processes: the chart comes back with the run's history, the end's picture appears in
+the reloaded view, and what that page saves (the labextension turns an ended live view's
+output into its picture just before a save) opens without a kernel as the picture, with
+no "Loading widget..." and no "model not found".
+
+Screenshots (test-artifacts/ui/): reload-live (the reloaded view mid-run), reload-end (its
+end), reload-reopened (the saved file, reopened without a kernel).
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import ARTIFACTS, open_lab, shot
+from .test_live_anywidget import (
+    CELLS,
+    KERNEL_IDLE,
+    LINE_DRAWN,
+    NOTEBOOK,
+    cell,
+    command,
+    cpu_hogs,
+    open_notebook,
+    read_saved,
+    save,
+)
+
+expect.set_options(timeout=20_000)
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.mark.timeout(600)
+def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  # type: ignore[no-untyped-def]
+    lab, page
+):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    nbformat.write(nb, lab.root / NOTEBOOK)
+    open_lab(page, lab)  # the labextension is there: its side panel's tab
+    open_notebook(page, lab)
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    with cpu_hogs():
+        command(page, "notebook:run-all-cells")
+        live = cell(page, 2).locator(".dn-live")
+        expect(live.locator("path.dn-chart-line[data-rank='1']")).to_have_attribute(
+            "d", LINE_DRAWN, timeout=120_000
+        )
+        save(page)  # as an autosave mid-run would: the file holds the live view's output
+        mid = read_saved(lab.root / NOTEBOOK)["cells"][2]["outputs"]
+        assert any(WIDGET_MIME in o.get("data", {}) for o in mid), "saved mid-run"
+        page.reload()
+        page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+        expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+        live = cell(page, 2).locator(".dn-live")
+        expect(live.locator("path.dn-chart-line[data-rank='1']")).to_have_attribute(
+            "d", LINE_DRAWN, timeout=10_000
+        )
+        live.scroll_into_view_if_needed()
+        shot(page, "reload-live")
+        final = cell(page, 2).locator(".dn-live-final")
+        expect(final).to_contain_text("noext: succeeded in", timeout=120_000)
+    expect(final.locator("img")).to_be_visible()
+    final.scroll_into_view_if_needed()
+    shot(page, "reload-end")
+
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    save(page)
+    outputs = read_saved(lab.root / NOTEBOOK)["cells"][2]["outputs"]
+    assert all(WIDGET_MIME not in o.get("data", {}) for o in outputs), outputs
+    assert any(
+        "data:image/png;base64," in "".join(o.get("data", {}).get("text/html", "")) for o in outputs
+    ), outputs
+    command(page, "kernelmenu:shutdown")
+    page.wait_for_function(
+        "() => !window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel",
+        timeout=30_000,
+    )
+    page.reload()
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+    picture = cell(page, 2).locator(".dist-notebook-run img")
+    expect(picture).to_be_visible()
+    expect(page.locator(".jp-NotebookPanel")).not_to_contain_text("Loading widget")
+    expect(page.locator(".jp-NotebookPanel")).not_to_contain_text("model not found")
+    cell(page, 2).locator(".dist-notebook-run").scroll_into_view_if_needed()
+    shot(page, "reload-reopened")
+    (ARTIFACTS / "reload-saved-outputs.txt").write_text(
+        "\n".join(str(sorted(o.get("data", {}))) for o in outputs)
+    )
