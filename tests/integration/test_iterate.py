@@ -340,8 +340,9 @@ def test_dist_auto_runs_plain_cells_on_the_ranks_and_magics_where_they_belong(
         shown = _ANSI.sub("", "\n".join(errors[0]["traceback"]))
         assert "def broken(:" in shown and "^" in shown, shown
         assert "[rank 1] 8" in kernel.ok("print(auto_x + 1)")
-        # Tab follows the mode: a plain cell completes from rank 0.
+        # Tab and ? follow the mode: a plain cell completes from rank 0, obj? is the rank's.
         assert "only_on_ranks_x" in complete(kernel, "only_on_r")[0]
+        assert "A box that lives on the ranks." in kernel.ok("Box?")
         # A front end's own silent request stays in the kernel.
         kernel.kc.execute_interactive("silent_k = 5", silent=True, timeout=REPLY_TIMEOUT_S)
     finally:
