@@ -124,8 +124,11 @@ def run_on_ranks(
     {rank: future} once the cell is sent (a future is done when that rank is). Ctrl-C
     interrupts every rank. Raises RankError if any rank raised.
     """
+    from .mismatch import prepare
+
     client = cluster.require_ready()
     targets = cluster.engine_ids(ranks)
+    prepare(client, targets)  # so a collective mismatch is named in seconds
     ar = view_of(client, targets).execute(code, silent=False, block=False)
     if on_submit is not None:
         on_submit(
@@ -163,9 +166,12 @@ def follow(
     timeout: float | None = None,
 ) -> list[RankOutput]:
     """Wait for *ar*, forwarding output as it comes; Ctrl-C interrupts the ranks."""
+    from .mismatch import Watch
+
     streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
     deadline = None if timeout is None else time.monotonic() + timeout
     release = Release(cluster, ar, targets)
+    watch = Watch(cluster, ar, targets)
     died_at: float | None = None
     try:
         while not ar.wait(_POLL):
@@ -174,6 +180,7 @@ def follow(
             if failure is not None:  # the controller died: no reply will ever come
                 raise ClusterError(failure)
             release.check()
+            watch.check()
             dead = release.dead()
             if dead:
                 died_at = died_at or time.monotonic()
@@ -204,13 +211,19 @@ def follow(
         cluster.mark_dead(dead)
         raise _died(cluster, ar, streams, dead)
     try:
-        return _collect(ar, streams)
+        outputs = _collect(ar, streams)
     except RankError as e:
-        if _timed_out(e):
+        if _timed_out(e) and watch.finding is None:
             e.add_hint(absent_ranks_hint(cluster, ranks))
         if cluster.client is not None:
             regroup(cluster)
+        if watch.finding is not None:
+            raise watch.error(e) from None
         raise
+    if watch.finding is not None:  # every rank caught its error: still say what was wrong
+        regroup(cluster)
+        raise watch.error(None)
+    return outputs
 
 
 def absent_ranks_hint(cluster: Any, ranks: list[int] | None) -> str:
