@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export.stored import exports_of
-from ..protocol import RunState
+from ..protocol import ENDED_CLUSTER_STATES, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
@@ -25,7 +25,6 @@ from ..store.reader import kernel_alive
 log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
 # A cluster in one of these states has no processes left to signal.
-ENDED_CLUSTER_STATES = ("stopped", "failed")
 # The owning kernel looks for requests every 0.2 s (cluster/owner.py); it has this long
 # to take one, on a busy machine, before the server says it does not answer.
 TAKE_S = 5.0
@@ -233,7 +232,8 @@ class RunStoreManager:
         row = self._cluster_row(cluster_id)
         if row["state"] in ENDED_CLUSTER_STATES and not _cluster_file(row).exists():
             return {"id": cluster_id, "action": "stop", "state": row["state"], "via": "none"}
-        if _has_owner(row) and row["state"] not in ENDED_CLUSTER_STATES:
+        # A failed cluster's kernel still owns it (it may restart it): through it too.
+        if _has_owner(row) and row["state"] not in ("stopped", "orphaned"):
             return await self._through_owner(row, "stop")
         await asyncio.to_thread(_act_in_thread, row, "stop")
         reply = {"id": cluster_id, "action": "stop", "state": "stopped", "via": "server"}
