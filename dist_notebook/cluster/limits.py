@@ -21,8 +21,11 @@ RANK_MEMORY = 300 * 2**20  # engine 258 MB resident with torch imported (measure
 ALL_INTERFACES = ("0.0.0.0", "::", "*")
 
 
-def check_capacity(spec: ClusterSpec) -> None:
-    """Refuse more local ranks than memory and the process limit allow (unless forced)."""
+def check_capacity(spec: ClusterSpec, asked: str = "-n") -> None:
+    """Refuse more local ranks than memory and the process limit allow (unless forced).
+
+    *asked* is how the user asked for ``spec.n`` ranks: ``-n`` at a start, ``scale`` for
+    a scale (whose spec is the cluster's with the new count)."""
     if spec.force or spec.launcher != "local":
         return
     available = psutil.virtual_memory().available
@@ -31,10 +34,11 @@ def check_capacity(spec: ClusterSpec) -> None:
     if pids is not None:
         fits = min(fits, max(1, pids // 3))  # an engine, a nanny (remote launchers) and threads
     if spec.n > fits:
+        force = "--force to start them anyway" if asked == "-n" else "a start with --force"
         raise ClusterConfigError(
-            f"-n {spec.n} is more ranks than this machine can hold: each rank takes about "
+            f"{asked} {spec.n} is more ranks than this machine can hold: each rank takes about "
             f"{RANK_MEMORY // 2**20} MB and {available / 2**30:.1f} GiB is available, room for "
-            f"{fits}; use -n {fits} or fewer, or --force to start them anyway"
+            f"{fits}; use {asked} {fits} or fewer, or {force}"
         )
 
 

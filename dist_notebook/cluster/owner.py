@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from ..protocol import ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES, ClusterState
+from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from ..store import StoreError
 from ..store.control import ControlQueue
 
@@ -29,6 +29,7 @@ POLL_S = 0.2  # how often the watcher looks for a request: the panel's Stop wait
 # How long a stop waits for a cancelled run to end (its ranks interrupted, its last
 # records in) before the cluster is stopped under it.
 STOP_WAIT_S = 30.0
+CHANGE_GRACE_S = 60.0  # beyond the start timeout, for a restart or scale to end
 
 
 class ClusterOwner:
@@ -49,7 +50,9 @@ class ClusterOwner:
 
     def interrupt(self) -> str:
         """A training run in progress is cancelled; otherwise every rank gets SIGINT
-        (the running cell raises KeyboardInterrupt)."""
+        (the running cell raises KeyboardInterrupt). A start, restart or scale under
+        way finishes first."""
+        self._after_change()
         run = self.active_run()
         if run is not None:
             run.stop()
@@ -64,6 +67,7 @@ class ClusterOwner:
 
         self._stopping.set()
         try:
+            self._after_change()
             run = self.active_run()
             if run is not None:
                 log.info("%s: cancelling run %s first", reason, run.name)
@@ -77,6 +81,29 @@ class ClusterOwner:
             self._stopping.clear()
         pool.stopped(self.cluster.spec)
         return "stopped"
+
+    def _after_change(self) -> None:
+        """Wait for a start, restart or scale under way (on another thread) to end: a
+        stop in the middle of one took its engines from under it (it failed, or raised
+        an AttributeError), an interrupt reached half-made ranks."""
+        changing = (ClusterState.STARTING, ClusterState.RESTARTING)
+        deadline = time.monotonic() + self.cluster.spec.start_timeout + CHANGE_GRACE_S
+        while self.cluster.state in changing and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def refuse_during_run(self, doing: str) -> None:
+        """Raise ClusterError (one line, the fix in it) when a training run goes on in
+        the background on these ranks: *doing* would wait for the whole run, or (a
+        scale that removes ranks) end it."""
+        run = self.active_run()
+        if run is not None:
+            from .cluster import ClusterError
+
+            raise ClusterError(
+                f"{doing} while run {run.name} trains in the background on these ranks: "
+                "wait until it ends (%dist_runs shows it), or stop it (its dashboard's Stop, "
+                "or the side panel), then try again"
+            )
 
     def stopping(self) -> bool:
         return self._stopping.is_set() or self.cluster.state == ClusterState.STOPPING
@@ -111,7 +138,9 @@ class ClusterOwner:
             return
         try:
             while not self._closed.wait(POLL_S):
-                if self.cluster.state in ENDED_CLUSTER_STATES:
+                # A failed cluster still has an owner: the panel's Stop is its stop here
+                # (the server acting alone would stop what this kernel may restart).
+                if self.cluster.state in (ClusterState.STOPPED, ClusterState.ORPHANED):
                     return
                 for seq, action in self._take(queue):
                     self._act(queue, seq, action)

@@ -47,6 +47,7 @@ from traitlets.config import Config
 
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
+from . import limits
 from .hosts import HostsError, format_hosts, parse_hosts
 from .launchers import mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
@@ -70,7 +71,16 @@ class GrowError(ScaleError):
 
 
 def check(cluster: Any, n: int, hosts: str | None = None) -> None:
+    from .cluster import ClusterError
+    from .spec import ClusterConfigError
+
     spec = cluster.spec
+    try:
+        cluster.owner.refuse_during_run(f"cannot scale to {n} ranks")
+        if n > cluster.n:
+            limits.check_capacity(dataclasses.replace(spec, n=n), asked="scale")
+    except (ClusterError, ClusterConfigError) as e:
+        raise ScaleError(str(e)) from None
     if cluster.state.value != "ready":
         raise ScaleError(
             f"the cluster is {cluster.state.value}: scale a ready cluster "

@@ -114,7 +114,10 @@ class ExecMagics(Magics):
                 f"%dist_push: no variable named {missing[0]!r} in the notebook; define it first"
             )
         cluster = self.session.ready_cluster()
-        push(cluster, {n: ns[n] for n in names})
+        try:
+            push(cluster, {n: ns[n] for n in names})
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
 
     @magic_arguments("%dist_pull")
     @HELP
@@ -141,7 +144,10 @@ class ExecMagics(Magics):
             else check_ranks([args.rank], cluster.n, flag="--rank")
         )
         assert ranks is not None
-        values = pull(cluster, expression, ranks)
+        try:
+            values = pull(cluster, expression, ranks)
+        except ClusterError as e:
+            raise UsageError(str(e)) from None
         return values if args.all else values[ranks[0]]
 
     @line_magic

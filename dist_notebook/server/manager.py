@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..export.stored import exports_of
-from ..protocol import RunState
+from ..protocol import ClusterState, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
@@ -25,7 +25,10 @@ from ..store.reader import kernel_alive
 log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
 # A cluster in one of these states has no processes left to signal.
-ENDED_CLUSTER_STATES = ("stopped", "failed")
+# States in which the server finds nothing to interrupt and, without a cluster file,
+# nothing to stop. Not protocol.ENDED_CLUSTER_STATES: an orphaned cluster (its kernel
+# gone) may still have processes, which the server then acts on itself.
+NOTHING_TO_ACT_ON = (ClusterState.STOPPED, ClusterState.FAILED)
 # The owning kernel looks for requests every 0.2 s (cluster/owner.py); it has this long
 # to take one, on a busy machine, before the server says it does not answer.
 TAKE_S = 5.0
@@ -217,7 +220,7 @@ class RunStoreManager:
         """The owning kernel's interrupt (a training run is cancelled; otherwise the
         running cell raises KeyboardInterrupt); without an owner, SIGINT to every engine."""
         row = self._cluster_row(cluster_id)
-        if row["state"] in ENDED_CLUSTER_STATES:
+        if row["state"] in NOTHING_TO_ACT_ON:
             raise ClusterUnreachableError(
                 f"cluster {cluster_id!r} is {row['state']}: there is nothing to interrupt"
             )
@@ -231,9 +234,10 @@ class RunStoreManager:
         """Stop the cluster (idempotent): through its kernel, or, with the kernel gone,
         the engines and the controller directly."""
         row = self._cluster_row(cluster_id)
-        if row["state"] in ENDED_CLUSTER_STATES and not _cluster_file(row).exists():
+        if row["state"] in NOTHING_TO_ACT_ON and not _cluster_file(row).exists():
             return {"id": cluster_id, "action": "stop", "state": row["state"], "via": "none"}
-        if _has_owner(row) and row["state"] not in ENDED_CLUSTER_STATES:
+        # A failed cluster's kernel still owns it (it may restart it): through it too.
+        if _has_owner(row) and row["state"] not in ("stopped", "orphaned"):
             return await self._through_owner(row, "stop")
         await asyncio.to_thread(_act_in_thread, row, "stop")
         reply = {"id": cluster_id, "action": "stop", "state": "stopped", "via": "server"}
