@@ -20,7 +20,7 @@ from conftest import session_of
 from dist_notebook import ClusterSpec, DistCluster
 from dist_notebook.cluster.execute import RankError
 from dist_notebook.cluster.tracebacks import rank_set
-from dist_notebook.magics import output
+from dist_notebook.magics import folding
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -47,7 +47,7 @@ def cluster(request: pytest.FixtureRequest, shell: Any) -> Iterator[DistCluster]
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HOLD", "EXTEND", "LONGEST"):
-        monkeypatch.setattr(output, name, 60.0)
+        monkeypatch.setattr(folding, name, 60.0)
 
 
 def run(shell: Any, line: str, cell: str, capsys: pytest.CaptureFixture[str]) -> Any:
@@ -64,7 +64,7 @@ def test_a_print_on_every_rank_is_one_line(
         shell, "", "t = torch.ones(1)\ndist.all_reduce(t)\nprint('SUM', int(t))", capsys
     )
     assert result.success, result.error_in_exec
-    assert out == f"[ranks 0-{n - 1}] SUM {n}\n"
+    assert out == f"[ranks 0-{n - 1}] SUM {n}\n", out
 
 
 def test_different_lines_once_per_content_in_rank_order(
@@ -88,9 +88,9 @@ def test_the_same_error_everywhere_is_one_traceback(
     n = cluster.n
     result, out = run(shell, "", "raise ValueError('bad batch')", capsys)
     assert isinstance(result.error_in_exec, RankError)
-    assert out.count(f"--- ranks 0-{n - 1} raised ValueError ---") == 1
-    assert out.count("ValueError: bad batch") == 1
-    assert "[rank" not in out
+    assert out.count(f"--- ranks 0-{n - 1} raised ValueError ---") == 1, out
+    assert out.count("ValueError: bad batch") == 1, out
+    assert "[rank" not in out, out
 
 
 def test_different_errors_once_each_with_their_ranks(

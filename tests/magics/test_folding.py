@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from dist_notebook.cluster.execute import RankError
-from dist_notebook.magics import output
+from dist_notebook.magics import folding
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HOLD", "EXTEND", "LONGEST"):
-        monkeypatch.setattr(output, name, 20.0)
+        monkeypatch.setattr(folding, name, 20.0)
 
 
 def run(shell: Any, line: str, cell: str, capsys: pytest.CaptureFixture[str]) -> Any:
@@ -72,10 +72,10 @@ def test_the_same_error_on_every_rank_shows_once(
 ) -> None:
     result, out, _ = run(shell, "", "print('before')\nraise ValueError('bad batch')", capsys)
     assert isinstance(result.error_in_exec, RankError)
-    assert out.startswith("[ranks 0,1] before\n")  # the output held back shows first
-    assert out.count("--- ranks 0,1 raised ValueError ---") == 1
-    assert out.count("ValueError: bad batch") == 1
-    assert "[rank " not in out.split("---", 1)[1]  # no line per rank after the traceback
+    assert out.startswith("[ranks 0,1] before\n"), out  # the output held back shows first
+    assert out.count("--- ranks 0,1 raised ValueError ---") == 1, out
+    assert out.count("ValueError: bad batch") == 1, out
+    assert "[rank " not in out.split("---", 1)[1], out  # no line per rank after the traceback
 
 
 def test_different_errors_each_once(
@@ -85,8 +85,8 @@ def test_different_errors_each_once(
     error = result.error_in_exec
     assert isinstance(error, RankError)
     first = error.rank
-    assert out.count(f"--- rank {first} raised ValueError ---") == 1
-    assert out.count(f"[rank {1 - first}] also raised ValueError: batch {1 - first}") == 1
+    assert out.count(f"--- rank {first} raised ValueError ---") == 1, out
+    assert out.count(f"[rank {1 - first}] also raised ValueError: batch {1 - first}") == 1, out
 
 
 def test_no_fold_errors_a_line_per_rank(
@@ -95,8 +95,8 @@ def test_no_fold_errors_a_line_per_rank(
     result, out, _ = run(shell, "--no-fold", "raise ValueError('bad batch')", capsys)
     error = result.error_in_exec
     assert isinstance(error, RankError)
-    assert out.count(f"--- rank {error.rank} raised ValueError ---") == 1
-    assert out.count(f"[rank {1 - error.rank}] raised the same ValueError") == 1
+    assert out.count(f"--- rank {error.rank} raised ValueError ---") == 1, out
+    assert out.count(f"[rank {1 - error.rank}] raised the same ValueError") == 1, out
 
 
 class Timed(io.StringIO):

@@ -8,10 +8,9 @@ import time
 import pytest
 
 from dist_notebook.cluster.execute import RankOutput
+from dist_notebook.magics.folding import Folder, Group
 from dist_notebook.magics.output import (
-    Folder,
     FoldingPrinter,
-    Group,
     LabelledPrinter,
     Table,
     fold,
@@ -130,6 +129,13 @@ def test_an_unended_line_waits_for_its_end_then_shows_alone() -> None:
     assert shown(folder.ready(0.7)) == ["[rank 0] wait\n"]
 
 
+def test_a_progress_bar_shows_its_latest_state_after_the_label() -> None:
+    folder = Folder(range(2))
+    folder.add(0, "stderr", "\r 10%|#  |\r 20%|## |\n", 0.0)
+    folder.add(1, "stderr", "\r 15%|#  |\r 20%|## |\r\n", 0.0)  # and a \r\n ending
+    assert shown(folder.ready(0.0)) == ["[ranks 0,1]  20%|## |\n"]
+
+
 def test_streams_and_displays_fold_apart() -> None:
     folder = Folder(range(2))
     image = {"data": {"image/png": "iVBOR"}, "metadata": {}}
@@ -165,6 +171,8 @@ def test_every_rank_keeps_its_order_whatever_the_interleaving() -> None:
             folder.add(rank, "stdout", pending[rank].pop(0), now)
             now += rng.choice([0.0, 0.01, 0.2])
             out += folder.ready(now)
+            waiting = folder._waiting  # the places agree with what must show first
+            assert all(g.seq < waiting[a].seq for g in waiting.values() for a in g.after)
         out += folder.close(now)
         seen: dict[int, list[str]] = {r: [] for r in range(16)}
         for group in out:
@@ -172,6 +180,18 @@ def test_every_rank_keeps_its_order_whatever_the_interleaving() -> None:
             for rank in group.ranks:
                 seen[rank].append(group.text)
         assert seen == printed
+
+
+def test_ranks_far_apart_fold_in_linear_time() -> None:
+    folder = Folder(range(2))
+    lines = "".join(f"step {i}\n" for i in range(20_000))
+    t0 = time.perf_counter()
+    folder.add(0, "stdout", lines, 0.0)  # rank 0 far ahead: 20,000 lines wait for rank 1
+    folder.add(1, "stdout", lines, 0.1)
+    groups = folder.ready(0.1)
+    took = time.perf_counter() - t0
+    assert [g.ranks for g in groups] == [[0, 1]] * 20_000
+    assert took < 5, f"{took:.1f} s"  # was quadratic: minutes
 
 
 # --- the printer: live, labelled, a thread for deadlines -------------------------------
