@@ -22,7 +22,7 @@ from .args import (
     positive_float,
     positive_int,
 )
-from .output import Progress, Table
+from .output import BY_NODE_BEYOND, Progress, Table, nodes_table
 from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_action
 from .session import Session
 
@@ -35,7 +35,8 @@ EXAMPLES = """
   %dist_cluster start -n 4 --cpu       4 CPU ranks with gloo
   %dist_cluster start --gpus 0,1       ranks on GPUs 0 and 1
   %dist_cluster start --launcher slurm --nodes 2 --gpus-per-node 4
-  %dist_cluster status                 the table of ranks
+  %dist_cluster status                 the table of ranks (beyond 8: of nodes)
+  %dist_cluster status --all           a row per rank, however many
   %dist_cluster restart [--all]        replace dead ranks (or every engine)
   %dist_cluster stacks                 every rank's Python stack now
   %dist_cluster scale 4                add or remove ranks between cells; rebuild DDP models
@@ -89,12 +90,15 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
         raise UsageError(str(e)) from None
 
 
-def ranks_table(cluster: DistCluster) -> Table:
-    """One row per rank; a node column when the ranks span more than one node."""
+def ranks_table(cluster: DistCluster, every_rank: bool = False) -> Table:
+    """One row per rank; a node column when the ranks span more than one node. Beyond
+    BY_NODE_BEYOND ranks one row per node, unless *every_rank* (``status --all``)."""
     ranks = cluster.ranks
     title = f"cluster {cluster.id}: {cluster.state.value}"
     if cluster.start_seconds is not None and cluster.state == ClusterState.READY:
         title += f" in {cluster.start_seconds:.1f} s"
+    if len(ranks) > BY_NODE_BEYOND and not every_rank:
+        return nodes_table(ranks, f"{title}, {len(ranks)} ranks (status --all: a row per rank)")
     if len({r.node_rank for r in ranks}) > 1:
         nodes = [(r.rank, r.node_rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
         return Table(("rank", "node", "host", "pid", "device", "backend", "state"), nodes, title)
@@ -159,7 +163,10 @@ class ClusterMagics(Magics):
         help="start more ranks than this machine's memory seems to hold",
     )
     @argument(
-        "--all", action="store_true", help="with restart: replace every engine, not only dead ones"
+        "--all",
+        action="store_true",
+        help="with restart: replace every engine, not only dead ones; with status: a row per "
+        "rank (beyond 8 ranks status has a row per node)",
     )
     @argument(
         "--launcher",
@@ -211,7 +218,7 @@ class ClusterMagics(Magics):
         if cluster is None:
             print("no cluster: start one with %dist_cluster start")
             return
-        display(ranks_table(cluster))
+        display(ranks_table(cluster, every_rank=args.all))
 
     def _stop(self, args: Any) -> None:
         cluster = self.session.cluster

@@ -14,7 +14,7 @@ import html
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -223,6 +223,48 @@ class Table:
         )
         cap = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
         return f"<table class='dist-notebook-table'>{cap}<tr>{th}</tr>{trs}</table>"
+
+
+BY_NODE_BEYOND = 8  # ranks beyond which the status table has a row per node
+
+
+def nodes_table(ranks: Sequence[Any], title: str) -> Table:
+    """One row per node (RankInfos grouped by ``node_rank``): its hosts, its ranks written
+    compactly, their devices and backend, and how many ranks are in each state, the
+    rarest first (``1 dead, 7 idle``: what needs a look leads)."""
+    by_node: dict[int, list[Any]] = {}
+    for r in ranks:
+        by_node.setdefault(r.node_rank, []).append(r)
+    rows = []
+    for node, members in sorted(by_node.items()):
+        states = Counter(m.state for m in members)
+        rows.append(
+            (
+                node,
+                ",".join(sorted({m.host for m in members})),
+                rank_set(m.rank for m in members),
+                len(members),
+                _devices(m.device for m in members),
+                ",".join(sorted({m.backend for m in members if m.backend})),
+                ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=_rarest)),
+            )
+        )
+    columns = ("node", "host", "ranks", "count", "devices", "backend", "states")
+    return Table(columns, rows, title)
+
+
+def _rarest(item: tuple[str, int]) -> tuple[int, str]:
+    return item[1], item[0]
+
+
+def _devices(devices: Iterable[str]) -> str:
+    """``cuda:0-7`` for a node's GPUs, ``cpu`` for its CPU ranks."""
+    names = sorted(set(devices))
+    indexed = [d.partition(":") for d in names]
+    kinds = {kind for kind, _, _ in indexed}
+    if len(kinds) == 1 and all(i.isdigit() for _, _, i in indexed):
+        return f"{kinds.pop()}:{rank_set(int(i) for _, _, i in indexed)}"
+    return ",".join(names)
 
 
 class Progress:

@@ -1,6 +1,7 @@
 """Output at scale, on real local CPU clusters of 16 ranks and (slow) 64 ranks: a line every
 rank prints is one line, lines that differ one per content in rank order, the same error
-one traceback under its ranks, different errors once each; ``--no-fold`` a line per rank.
+one traceback under its ranks, different errors once each; ``--no-fold`` a line per rank;
+``%dist_cluster status`` a row per node (``--all``: per rank).
 
 A line waits long enough here (``held``) for every rank's same line, so that a busy
 machine cannot split a fold: the test is of what folds, tests/magics/test_folding.py
@@ -120,3 +121,20 @@ def test_no_fold_is_a_line_per_rank(
     assert isinstance(error, RankError)
     assert out.count(f"--- rank {error.rank} raised ValueError ---") == 1
     assert out.count("raised the same ValueError") == n - 1
+
+
+def test_status_is_a_row_per_node(
+    shell: Any, cluster: DistCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = cluster.n
+    capsys.readouterr()
+    shell.run_line_magic("dist_cluster", "status")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f", {n} ranks (status --all: a row per rank)"), lines
+    assert lines[1].split() == ["node", "host", "ranks", "count", "devices", "backend", "states"]
+    host = cluster.ranks[0].host
+    assert lines[2].split() == ["0", host, f"0-{n - 1}", str(n), "cpu", "gloo", str(n), "idle"]
+    assert len(lines) == 3
+    shell.run_line_magic("dist_cluster", "status --all")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 + n and str(cluster.ranks[-1].pid) in lines[-1]

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from dist_notebook.cluster.cluster import RankInfo
 from dist_notebook.cluster.execute import RankOutput
 from dist_notebook.magics.folding import Folder, Group
 from dist_notebook.magics.output import (
@@ -14,6 +15,7 @@ from dist_notebook.magics.output import (
     LabelledPrinter,
     Table,
     fold,
+    nodes_table,
     rank_label,
     rank_set,
     show_folded_streams,
@@ -291,6 +293,25 @@ def test_table_text_and_html() -> None:
     assert repr(table).splitlines() == ["cluster x", "rank  pid ", "0     11  ", "1     2222"]
     html = table._repr_html_()
     assert "<caption>cluster x</caption>" in html and "<td>2222</td>" in html
+
+
+def test_nodes_table_is_a_row_per_node() -> None:
+    ranks = [
+        RankInfo(r, r, f"gpu{r // 8}", 100 + r, f"cuda:{r % 8}", "nccl", "idle", r // 8)
+        for r in range(64)
+    ]
+    ranks[13].state = ranks[14].state = "busy"
+    ranks[40].state = "dead"
+    table = nodes_table(ranks, "cluster x: ready, 64 ranks")
+    assert [row[:5] for row in table.rows] == [
+        [str(n), f"gpu{n}", f"{8 * n}-{8 * n + 7}", "8", "cuda:0-7"] for n in range(8)
+    ]
+    states = {row[0]: row[6] for row in table.rows}
+    assert states["0"] == "8 idle"
+    assert states["1"] == "2 busy, 6 idle"  # the rarest state first: what needs a look
+    assert states["5"] == "1 dead, 7 idle"
+    cpu = nodes_table([RankInfo(r, r, "vm", r, "cpu", "gloo") for r in range(16)], "t")
+    assert cpu.rows == [["0", "vm", "0-15", "16", "cpu", "gloo", "16 idle"]]
 
 
 def test_table_escapes_html() -> None:
