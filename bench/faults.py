@@ -3,6 +3,7 @@
     python bench/faults.py               # every scenario, 50 start/stop cycles
     python bench/faults.py --cycles 5    # (or BENCH_QUICK=1) fewer cycles
     python bench/faults.py --only issue12  # the cases of issue #12 (bench/fault_cases.py)
+    python bench/faults.py --only issue23-store  # the run store's (bench/fault_store.py)
 
 For each scenario: the time until the failure is reported (the cell fails, the report
 prints, the processes are gone), the time until the cluster takes a collective cell
@@ -418,7 +419,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=5 if quick() else 50)
     parser.add_argument(
-        "--only", choices=("issue12", "issue4"), help="run only the cases of that issue"
+        "--only",
+        choices=("issue12", "issue4", "issue23-store"),
+        help="run only the cases of that issue",
     )
     args = parser.parse_args()
     use_scratch_store()
@@ -426,6 +429,10 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="dist-faults-"))
     os.chdir(root)
     b = Bench()
+    if args.only == "issue23-store":
+        issue23_store(b, store)
+        report(b, 0, name="faults_store")  # beside faults.json, not over it
+        return
     from fault_cases import Issue12
 
     if args.only != "issue4":
@@ -457,10 +464,22 @@ def main() -> None:
     b.stop()
     b.kernels(root)
     b.cycles(args.cycles)
+    issue23_store(b, store)
     report(b, args.cycles)
 
 
-def report(b: Bench, cycles: int) -> None:
+def issue23_store(b: Bench, store: str) -> None:
+    """The run store's faults of issue #23 (bench/fault_store.py), on a cluster of their own."""
+    from fault_store import store_rows
+
+    b.start()
+    try:
+        store_rows(b, store)
+    finally:
+        b.stop_row()
+
+
+def report(b: Bench, cycles: int, name: str = "faults") -> None:
     def fmt(v: Any) -> str:
         return f"{v:.2f} s" if isinstance(v, float) else ("-" if v is None else str(v))
 
@@ -489,7 +508,7 @@ def report(b: Bench, cycles: int) -> None:
             rows,
         )
     )
-    write_result("faults", {"rows": b.rows, "cycles": cycles})
+    write_result(name, {"rows": b.rows, "cycles": cycles})
 
 
 if __name__ == "__main__":

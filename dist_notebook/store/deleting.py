@@ -33,21 +33,24 @@ CLUSTERS_PER_CHUNK = 200
 
 
 class Pacer:
-    """The row budget of the next transaction and the pause between two."""
+    """The row budget of the next transaction and the pause after it: at least as long
+    as the transaction took (on a loaded machine one takes longer than CHUNK_S, and a
+    writer that waited through it retries less often)."""
 
     def __init__(self) -> None:
         self.rows = FIRST_ROWS
+        self.last = 0.0
 
     def took(self, seconds: float, rows: int) -> None:
+        self.last = seconds
         if rows >= self.rows:  # a full chunk: scale the budget to the time it took
             scaled = int(self.rows * CHUNK_S / max(seconds, 1e-4))
             self.rows = max(MIN_ROWS, min(MAX_ROWS, scaled, self.rows * 4))
         elif seconds > 2 * CHUNK_S:
             self.rows = max(MIN_ROWS, self.rows // 2)
 
-    @staticmethod
-    def pause() -> None:
-        time.sleep(GAP_S)
+    def pause(self) -> None:
+        time.sleep(max(GAP_S, self.last))
 
 
 def delete_runs(transaction: Transaction[Any], run_ids: Sequence[str]) -> int:
@@ -100,6 +103,7 @@ def _runs_chunk(conn: sqlite3.Connection, *, todo: list[str], budget: int) -> tu
 def delete_clusters(transaction: Transaction[Any], cluster_ids: Sequence[str]) -> int:
     """Delete *cluster_ids* with their ranks and events, a few hundred per transaction."""
     ids = list(dict.fromkeys(cluster_ids))
+    pacer = Pacer()
     for i in range(0, len(ids), CLUSTERS_PER_CHUNK):
         part = ids[i : i + CLUSTERS_PER_CHUNK]
         marks = ", ".join("?" * len(part))
@@ -112,7 +116,9 @@ def delete_clusters(transaction: Transaction[Any], cluster_ids: Sequence[str]) -
             ):
                 conn.execute(f"DELETE FROM {table} WHERE {key} IN ({marks})", part)
 
+        t0 = time.monotonic()
         transaction(work)
+        pacer.took(time.monotonic() - t0, 0)
         if i + CLUSTERS_PER_CHUNK < len(ids):
-            Pacer.pause()
+            pacer.pause()
     return len(ids)
