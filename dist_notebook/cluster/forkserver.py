@@ -16,9 +16,11 @@ import atexit
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ..engine.parent import ENV_VAR as PARENT_ENV
@@ -28,6 +30,9 @@ ENV_SWITCH = "DIST_NOTEBOOK_FORKSERVER"
 SERVER_CMD = [sys.executable, "-u", "-m", "dist_notebook.engine.forkserver"]
 READY_TIMEOUT = 120.0  # its imports: ~2.3 s on a quiet 2-core machine
 REPLY_TIMEOUT = 10.0
+# The server forks a request only this long before the kernel stops waiting for it: a
+# request the kernel gave up on (it spawns that engine instead) is never forked later.
+FORK_MARGIN_S = 1.0
 
 
 class ForkServerError(RuntimeError):
@@ -56,6 +61,7 @@ class ForkServer:
         self._replies: dict[int, dict[str, Any]] = {}
         self._exits: dict[int, int] = {}
         self._next_id = 0
+        self._abandoned: set[int] = set()
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(
             target=self._read, name="dist-notebook-forkserver", daemon=True
@@ -76,7 +82,11 @@ class ForkServer:
                 elif "exit" in message:
                     self._exits[int(message["exit"])] = int(message["code"])
                 elif "id" in message:
-                    self._replies[int(message["id"])] = message
+                    request_id = int(message["id"])
+                    if request_id in self._abandoned:
+                        self._end_stray(request_id, message)
+                    else:
+                        self._replies[request_id] = message
                 elif "error" in message:
                     self._error = str(message["error"])
                 self._cond.notify_all()
@@ -105,7 +115,16 @@ class ForkServer:
             self._next_id += 1
             request_id = self._next_id
         line = json.dumps(
-            {"id": request_id, "argv": argv, "env": env, "cwd": cwd, "output": output}
+            {
+                "id": request_id,
+                "argv": argv,
+                "env": env,
+                # resolved here, as a spawned engine's working directory is: the kernel's
+                # own now, not the server's at its start
+                "cwd": os.path.abspath(cwd),
+                "output": output,
+                "deadline": time.time() + REPLY_TIMEOUT - FORK_MARGIN_S,
+            }
         )
         assert self.proc.stdin is not None
         try:
@@ -117,10 +136,24 @@ class ForkServer:
         with self._cond:
             self._cond.wait_for(lambda: request_id in self._replies or self._closed, REPLY_TIMEOUT)
             reply = self._replies.pop(request_id, None)
+            if reply is None:
+                self._abandoned.add(request_id)  # a late fork of it is ended at once
         if reply is None or "pid" not in reply:
             why = (reply or {}).get("error") or self._error or "no reply"
             raise ForkServerError(f"the fork server did not start the engine: {why}")
         return int(reply["pid"])
+
+    def _end_stray(self, request_id: int, message: dict[str, Any]) -> None:
+        """A reply to a request the kernel gave up on: the engine it forked (if it did)
+        would be a second copy of a rank the kernel spawned meanwhile."""
+        self._abandoned.discard(request_id)
+        pid = message.get("pid")
+        if isinstance(pid, int):
+            log.warning("fork server: ending engine %d, forked after the kernel gave up on it", pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return
 
     def wait_exit(self, pid: int, stop: threading.Event, poll: float = 1.0) -> int | None:
         """Block until engine *pid* ends and return its exit code (negative: signal).

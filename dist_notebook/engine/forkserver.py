@@ -138,7 +138,15 @@ def _child(request: dict[str, Any], keep: tuple[int, ...]) -> int:
     sys.path[:] = _search_path(cwd, request["env"].get("PYTHONPATH", ""))
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["ipengine", *request["argv"]]
+    # torch read TORCH_DISTRIBUTED_DEBUG when the server imported it; read it again, as
+    # a spawned engine would at its import (the kernel's value may have changed since).
+    import torch.distributed as dist
+
+    if dist.is_available():
+        dist.set_debug_level_from_env()
+    # ipyparallel's apps take their working directory from a default read at their
+    # import (here: the server's start), then chdir to it: give them ours.
+    sys.argv = ["ipengine", f"--BaseParallelApplication.work_dir={cwd}", *request["argv"]]
     _name_process(b"dist-engine")  # what ps -o comm and top show, not "python"
     if "numpy.random" in sys.modules:
         # numpy seeded its global generator here, once; Python's random reseeds by itself.
@@ -219,6 +227,10 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
+            if time.time() > request.get("deadline", float("inf")):
+                # The kernel stopped waiting (and spawns this engine itself): never fork it.
+                _send(out, {"id": request.get("id"), "error": "the kernel gave up on it"})
+                continue
             changed = _startup_mismatch(request["env"])
             if changed:
                 reason = f"{changed} changed since the fork server started"

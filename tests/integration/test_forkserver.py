@@ -170,3 +170,67 @@ def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
     finally:
         cluster.stop_sync()
         own.close()
+
+
+def test_the_kernels_cwd_and_distributed_debug_now_reach_forked_engines(
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """What a spawned engine takes at its start, a forked one takes at its fork: the
+    kernel's working directory now and TORCH_DISTRIBUTED_DEBUG set after %load_ext."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "INFO")
+    probe = "import json, os\njson.dumps([os.getppid(), os.getcwd(), str(dist.get_debug_level())])"
+    for _ in range(3):
+        # A server busy with its idle-time imports past the reply timeout is given up on
+        # and the ranks are spawned (which take both too): then start again, to fork.
+        with DistCluster(ClusterSpec(n=2)) as cluster:
+            got = values(cluster, probe)
+        if got[0][0] == server.pid:
+            break
+    assert got == [[server.pid, str(tmp_path), "DebugLevel.INFO"]] * 2
+
+
+def test_a_request_the_kernel_gave_up_on_is_never_forked(server: forkserver.ForkServer) -> None:
+    """Past its deadline the server refuses a request; and an engine forked for a request
+    the kernel stopped waiting for (it spawns that rank itself) is ended at once."""
+    import json as json_
+
+    children = {p.pid for p in psutil.Process(server.pid).children()}
+
+    def send(request: dict[str, Any]) -> int:
+        with server._cond:
+            server._next_id += 1
+            request_id = server._next_id
+        line = {"id": request_id, "argv": ENGINE_WAITING, "env": dict(os.environ)}
+        line.update(cwd=os.getcwd(), output=os.devnull, **request)
+        assert server.proc.stdin is not None
+        with server._write_lock:
+            server.proc.stdin.write(json_.dumps(line).encode() + b"\n")
+            server.proc.stdin.flush()
+        return request_id
+
+    late = send({"deadline": time.time() - 1})
+    deadline = time.monotonic() + 10
+    while late not in server._replies:
+        assert time.monotonic() < deadline, "no reply to the late request"
+        time.sleep(0.02)
+    assert server._replies.pop(late) == {"id": late, "error": "the kernel gave up on it"}
+    assert {p.pid for p in psutil.Process(server.pid).children()} == children  # no fork
+
+    with server._cond:
+        server._abandoned.add(server._next_id + 1)  # as spawn() does at its timeout
+    send({"deadline": time.time() + 30})
+    deadline = time.monotonic() + 10
+    while server._abandoned:
+        assert time.monotonic() < deadline, "the reply to the abandoned request never came"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    stray = {p.pid for p in psutil.Process(server.pid).children()} - children
+    assert wait_gone(sorted(stray), 5) == []  # forked, then ended by the kernel
+
+
+# An engine that waits 30 s for a connection file that never comes (a long-lived fork).
+ENGINE_WAITING = [
+    "--IPEngine.url_file=/nonexistent/ipcontroller-engine.json",
+    "--IPEngine.wait_for_url_file=30",
+]
