@@ -34,7 +34,10 @@ def kernel_alive(pid: int | None, started: float | None = None) -> bool:
     if not pid:
         return True  # unknown owner: never guess it dead
     try:
-        created = psutil.Process(pid).create_time()
+        proc = psutil.Process(pid)
+        created = proc.create_time()
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False  # killed, not yet reaped by its parent: it runs no more
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
     except psutil.Error:
