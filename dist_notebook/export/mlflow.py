@@ -30,6 +30,11 @@ DEFAULT_EXPERIMENT = "dist-notebook"
 BATCH = 1000  # MLflow's limit of metrics per log_batch
 NOTE_LIMIT = 7000  # below MLflow's 8000-character limit of a tag's value
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
+UNREACHABLE_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 def tracking_uri() -> str:
@@ -57,6 +62,12 @@ class MlflowTarget:
         self.uri = uri or tracking_uri()
         if self.uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        else:
+            # MLflow retries an unreachable server 7 times with a doubling backoff: ~60 s
+            # added to every run's end. An export says it failed after a few seconds
+            # instead (a value the user set is kept).
+            for name, value in UNREACHABLE_DEFAULTS.items():
+                os.environ.setdefault(name, value)
         self.client: Any = None
         self.parent_id: str | None = None
         self.rank_runs: dict[int, str] = {}
