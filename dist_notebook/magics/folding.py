@@ -88,7 +88,7 @@ class Folder:
     def ready(self, now: float) -> list[Group]:
         """The groups to show now, in the order to show them."""
         for (rank, kind), (text, since) in list(self._partial.items()):
-            if now - since >= self.hold:
+            if since + self.hold <= now:  # as next_deadline() computes it
                 del self._partial[(rank, kind)]
                 self._put(rank, kind, _as_shown(text), now)
         least = self._least()
