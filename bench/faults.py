@@ -420,7 +420,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=5 if quick() else 50)
     parser.add_argument(
         "--only",
-        choices=("issue12", "issue4", "issue23-store"),
+        choices=("issue12", "issue4", "issue23-store", "issue23"),
         help="run only the cases of that issue",
     )
     args = parser.parse_args()
@@ -429,6 +429,16 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="dist-faults-"))
     os.chdir(root)
     b = Bench()
+    if args.only == "issue23":
+        import fault_cases23
+
+        b.start()
+        try:
+            fault_cases23.run(b)
+        finally:
+            b.stop_row()
+        report(b, 0, name="faults_issue23")
+        return
     if args.only == "issue23-store":
         issue23_store(b, store)
         report(b, 0, name="faults_store")  # beside faults.json, not over it

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -35,6 +36,7 @@ from ..privatedir import UnsafeDirectoryError, private_dir
 from ..protocol import ClusterState, check_move
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
+from ..store.schema import full_disk_message
 from . import limits, reap, registry
 from .health import ClusterHealth
 from .hosts import remote_engine_env
@@ -95,6 +97,7 @@ class DistCluster(ClusterHealth):
         self.client: ipp.Client | None = None
         self.progress: Progress = progress or _quiet
         self.start_seconds: float | None = None
+        self.ready_since: float | None = None  # time.time() of this life's ready
         self._ipp: ipp.Cluster | None = None
         self._generation = 0
         self._store = store
@@ -184,10 +187,13 @@ class DistCluster(ClusterHealth):
             self.client = await self._ipp.connect_client()
             await self._wait_for_engines(set(), self.n)
             await self._setup_ranks(sorted(self.client.ids))
-        except BaseException:
+        except BaseException as e:
             self.move(ClusterState.FAILED)
             await self._teardown()
             self._remove_stack_dir()
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+                # ipyparallel writes its profile files beside the run store.
+                raise ClusterError(full_disk_message(store_path(), e)) from None
             raise
         return self._ready(t0)
 
@@ -211,6 +217,7 @@ class DistCluster(ClusterHealth):
 
     def _ready(self, t0: float) -> DistCluster:
         self.start_seconds = time.perf_counter() - t0
+        self.ready_since = time.time()
         self.move(ClusterState.READY)
         self.owner.watch()  # the panel's Stop and Interrupt reach this life of it
         self._owner_only_files()  # the engine-set file is written once engines run

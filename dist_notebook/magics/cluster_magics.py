@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -90,13 +92,28 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
         raise UsageError(str(e)) from None
 
 
-def ranks_table(cluster: DistCluster, every_rank: bool = False) -> Table:
+def ranks_table(cluster: DistCluster, every_rank: bool = False, age: bool = False) -> Table:
     """One row per rank; a node column when the ranks span more than one node. Beyond
-    BY_NODE_BEYOND ranks one row per node, unless *every_rank* (``status --all``)."""
-    ranks = cluster.ranks
+    BY_NODE_BEYOND ranks one row per node, unless *every_rank* (``status --all``).
+
+    The title says how long the start took (the start's own cell) or, with *age*
+    (``status``), how long the cluster has been up; a rank of a run in progress (a
+    ``--background`` one) is busy, whatever its engine last reported."""
+    run = cluster.owner.active_run()
+    busy = set(run.ranks) if run is not None else set()
+    ranks = [
+        dataclasses.replace(r, state="busy") if r.rank in busy and r.state == "idle" else r
+        for r in cluster.ranks
+    ]
     title = f"cluster {cluster.id}: {cluster.state.value}"
     if cluster.start_seconds is not None and cluster.state == ClusterState.READY:
-        title += f" in {cluster.start_seconds:.1f} s"
+        if age and cluster.ready_since is not None:
+            up = _duration(time.time() - cluster.ready_since)
+            title += f" for {up} (started in {cluster.start_seconds:.1f} s)"
+        else:
+            title += f" in {cluster.start_seconds:.1f} s"
+    if run is not None:
+        title += f", run {run.name} in progress"
     if len(ranks) > BY_NODE_BEYOND and not every_rank:
         return nodes_table(ranks, f"{title}, {len(ranks)} ranks (status --all: a row per rank)")
     if len({r.node_rank for r in ranks}) > 1:
@@ -104,6 +121,14 @@ def ranks_table(cluster: DistCluster, every_rank: bool = False) -> Table:
         return Table(("rank", "node", "host", "pid", "device", "backend", "state"), nodes, title)
     rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
     return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @magics_class
@@ -218,7 +243,13 @@ class ClusterMagics(Magics):
         if cluster is None:
             print("no cluster: start one with %dist_cluster start")
             return
-        display(ranks_table(cluster, every_rank=args.all))
+        if cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
+            # No table of pids that are gone: the ranks ended with the cluster.
+            print(
+                f"cluster {cluster.id}: {cluster.state.value}; start one with %dist_cluster start"
+            )
+            return
+        display(ranks_table(cluster, every_rank=args.all, age=True))
 
     def _stop(self, args: Any) -> None:
         cluster = self.session.cluster
