@@ -25,32 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from script_hang import SCRIPT  # the DDP script of the hang (bench/ is on the path)
 
 RUNS = 50
-SCRIPT = """
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-def main():
-    dist.init_process_group("gloo")
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
-                                    torch.nn.Linear(256, 10)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(30):
-        loss = model(torch.randn(32, 64)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    out = [torch.zeros(1) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, torch.tensor([loss.item()]))
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
-"""
 FROZEN_KERNEL = """
 import json, sys, time
 from dist_notebook import ClusterSpec, DistCluster
