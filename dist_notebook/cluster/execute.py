@@ -134,7 +134,7 @@ def run_on_ranks(
         on_submit(
             {cluster.rank_of(eid): child for eid, child in zip(targets, ar._children, strict=True)}
         )
-    return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
+    return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout, cell=True)
 
 
 def apply_on_ranks(
@@ -164,14 +164,19 @@ def follow(
     *,
     sink: OutputSink | None = None,
     timeout: float | None = None,
+    cell: bool = False,
 ) -> list[RankOutput]:
-    """Wait for *ar*, forwarding output as it comes; Ctrl-C interrupts the ranks."""
+    """Wait for *ar*, forwarding output as it comes; Ctrl-C interrupts the ranks.
+
+    *cell*: *ar* runs a cell in the ranks' default group, whose collectives are watched
+    for a mismatch (a script's run makes a group of its own, with other ports).
+    """
     from .mismatch import Watch
 
     streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
     deadline = None if timeout is None else time.monotonic() + timeout
     release = Release(cluster, ar, targets)
-    watch = Watch(cluster, ar, targets)
+    watch = Watch(cluster, ar, targets, active=cell)
     died_at: float | None = None
     try:
         while not ar.wait(_POLL):

@@ -76,11 +76,12 @@ class _Look:
 class Watch:
     """Looks at the ranks of one running call; ``finding`` is set once a mismatch is."""
 
-    def __init__(self, cluster: Any, ar: Any, targets: list[int]) -> None:
+    def __init__(self, cluster: Any, ar: Any, targets: list[int], active: bool = True) -> None:
         self.cluster = cluster
         self.ar = ar
         self.targets = targets
-        self.active = cluster.client is not None and installed(cluster.client, targets)
+        client = cluster.client
+        self.active = active and client is not None and installed(client, targets)
         self.ranks = [cluster.rank_of(t) for t in targets]
         self.started = time.monotonic()
         self.left: dict[int, float] = {}  # rank -> when we saw it leave the cell
