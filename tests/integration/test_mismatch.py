@@ -82,9 +82,15 @@ def test_a_rank_that_skips_an_all_reduce(
     check_skip(shell, capsys)
 
 
-def test_a_rank_that_calls_another_op(
-    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_rank_that_calls_another_op(shell: Any, cluster2: Any) -> None:
+    check_other_op(shell)
+
+
+def test_another_op_under_two_cpu_hogs(shell: Any, cluster2: Any, cpu_hogs: Any) -> None:
+    check_other_op(shell)
+
+
+def check_other_op(shell: Any) -> None:
     before = seq_now(shell)
     error, took = run_mismatch(shell, OTHER_OP)
     message = str(error)
