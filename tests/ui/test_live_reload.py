@@ -2,13 +2,17 @@
 busy processes: the chart comes back with the run's history, the end's picture appears in
 the reloaded view, and what that page saves (the labextension turns an ended live view's
 output into its picture just before a save) opens without a kernel as the picture, with
-no "Loading widget..." and no "model not found".
+no "Loading widget..." and no "model not found"; the file as saved mid-run, opened once
+its kernel is gone, shows the kernel's note on the run instead of "model not found".
 
 Screenshots (test-artifacts/ui/): reload-live (the reloaded view mid-run), reload-end (its
-end), reload-reopened (the saved file, reopened without a kernel).
+end), reload-reopened (the saved file, reopened without a kernel), reload-midrun-file (the
+file as saved mid-run, opened once the run's kernel is gone: the note on the run).
 """
 
 from __future__ import annotations
+
+import json
 
 import nbformat
 import pytest
@@ -31,6 +35,7 @@ from .test_live_anywidget import (
 expect.set_options(timeout=20_000)
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+MIDRUN = "saved-mid-run.ipynb"
 
 
 @pytest.mark.timeout(600)
@@ -55,9 +60,12 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
             "d", LINE_DRAWN, timeout=120_000
         )
         save(page)  # as an autosave mid-run would: the file holds the live view's output
-        mid = read_saved(lab.root / NOTEBOOK)["cells"][2]["outputs"]
+        saved_mid = read_saved(lab.root / NOTEBOOK)
+        mid = saved_mid["cells"][2]["outputs"]
         assert any(WIDGET_MIME in o.get("data", {}) for o in mid), "saved mid-run"
-        page.reload()
+        # kept as it is (the same content: the server trusts it as it trusted this one)
+        (lab.root / MIDRUN).write_text(json.dumps(saved_mid))
+        page.reload(timeout=90_000)
         page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
         expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
         live = cell(page, 2).locator(".dn-live")
@@ -84,7 +92,7 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
         "() => !window.jupyterapp.shell.currentWidget?.sessionContext?.session?.kernel",
         timeout=30_000,
     )
-    page.reload()
+    page.reload(timeout=90_000)
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
     expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
     picture = cell(page, 2).locator(".dist-notebook-run img")
@@ -96,3 +104,31 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
     (ARTIFACTS / "reload-saved-outputs.txt").write_text(
         "\n".join(str(sorted(o.get("data", {}))) for o in outputs)
     )
+
+    # The file as the mid-run save left it, opened after the run's kernel is gone (a new
+    # kernel starts for it): the live view's output shows the kernel's note on the run.
+    # only this file open (the other one's panel would hold the same cells)
+    command(page, "application:close-all")
+    expect(page.locator(".jp-NotebookPanel")).to_have_count(0)
+    command(page, "docmanager:open", {"path": MIDRUN})
+    panel = page.get_by_role("tabpanel", name=MIDRUN)
+    panel.wait_for(state="attached", timeout=60_000)
+    page.evaluate(  # in front, whatever else the restored layout brought back
+        """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
+             if (w.title.label === name) window.jupyterapp.shell.activateById(w.id); } }""",
+        MIDRUN,
+    )
+    expect(panel.locator(".jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
+    # trusted: JupyterLab would pick the widget's renderer over the note by itself
+    assert page.evaluate(
+        """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
+             if (w.title.label === name) return w.content.widgets[2].model.trusted; } }""",
+        MIDRUN,
+    )
+    note = panel.locator(".jp-Cell").nth(2).locator(".jp-OutputArea")
+    expect(note).to_contain_text("live view of a run in progress", timeout=60_000)
+    expect(note).to_contain_text("dist_notebook.load_run('noext')")
+    expect(panel).not_to_contain_text("model not found")
+    expect(panel).not_to_contain_text("Loading widget")
+    note.scroll_into_view_if_needed()
+    shot(page, "reload-midrun-file")
