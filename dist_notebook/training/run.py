@@ -189,6 +189,8 @@ class TrainingRun:
             )
             self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
             try:
+                if self._cancelled.is_set():  # stopped before its cell was sent
+                    raise KeyboardInterrupt
                 outputs = run_on_ranks(
                     self.cluster,
                     self.spec.code,
@@ -206,9 +208,14 @@ class TrainingRun:
                 interrupted = True
         except BaseException as e:
             self._finish_channel(collector)
-            exports.close(RunState.FAILED.value, f"{type(e).__name__}: {e}")
-            raise
-        self._finish_channel(collector)
+            if not (self._cancelled.is_set() and isinstance(e, (RankError, KeyboardInterrupt))):
+                exports.close(RunState.FAILED.value, f"{type(e).__name__}: {e}")
+                raise
+            # Stopped before its cell began (the interrupt met begin_run): cancelled, as a
+            # stop during the cell is, never an error in a thread with the run left pending.
+            interrupted = True
+        else:
+            self._finish_channel(collector)
         result = self._conclude(outputs, error, interrupted, collector)
         # After the collector closed: every record was handed to the exporters.
         exports.close(result.state.value, None if result.error is None else str(result.error))

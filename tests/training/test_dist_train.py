@@ -104,7 +104,10 @@ def test_display_keeps_a_static_picture_after_the_run(fifty: dict[str, Any]) -> 
     outputs = fifty["outputs"]
     first = outputs[0]
     assert "application/vnd.jupyter.widget-view+json" in first.data
-    assert "text/html" not in first.data
+    # Beside the widget, no picture: a note that names the run, for a page without a
+    # widget front end (nbconvert, a saved file opened later).
+    assert "<img" not in first.data["text/html"]
+    assert "dist_notebook.load_run(&#x27;fifty&#x27;)" in first.data["text/html"]
     final = outputs[-1]
     assert final.update, "the run's own display is updated in place, not a new output"
     assert "<img src='data:image/png;base64,iVBORw0KGgo" in final.data["text/html"]
