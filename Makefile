@@ -70,4 +70,4 @@ bench: venv
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) extension/node_modules extension/lib dist_notebook/labextension/static
+	rm -rf $(VENV) extension/node_modules extension/lib dist_notebook/labextension/static dist_notebook/display/static
