@@ -27,10 +27,12 @@ def _register_rank_side(ipython: Any, session: Session) -> None:
     """%dist_auto (magics/auto.py), and Tab and Shift-Tab from the ranks in the cells that
     run there (magics/complete.py)."""
     from .auto import register as register_auto
+    from .breakpoints import register as register_breakpoints
     from .complete import register as register_completion
 
     mode = register_auto(ipython, session)
     register_completion(ipython, session, mode.is_on)
+    register_breakpoints(ipython, session, mode.is_on)
 
 
 def _register_completers(ipython: Any) -> None:

@@ -350,3 +350,64 @@ def test_dist_auto_runs_plain_cells_on_the_ranks_and_magics_where_they_belong(
     text = kernel.ok("print('kernel has', silent_k, 'auto_x' in dir())")
     assert text.strip() == "kernel has 5 False", text
     assert "only_on_ranks_x" not in complete(kernel, "only_on_r")[0]
+
+
+# --- 2: breakpoint() in a cell on the ranks -------------------------------------------------------
+
+STOPPING = """%%dist
+def f(a):
+    b = a + 1
+    breakpoint()
+    return b * 2
+
+
+print('f', rank, f(rank))
+"""
+
+
+def test_breakpoint_stops_rank_0_in_pdb_and_c_continues(kernel: Kernel) -> None:
+    text, errors = kernel.run(STOPPING, ["p b", "l", "c"])
+    assert not errors, (text, errors)
+    assert kernel.prompts == ["(Pdb rank 0) "] * 3, kernel.prompts  # rank 1's is a no-op
+    assert "-> return b * 2" in text and "\n1\n" in text, text  # p b on rank 0
+    assert "  3  \t    breakpoint()" in text, text  # l
+    assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
+
+
+def test_breakpoint_q_ends_the_cell_on_rank_0_and_the_group_stays_usable(kernel: Kernel) -> None:
+    text, errors = kernel.run("%%dist\nbreakpoint()\nprint('went on', rank)", ["q"])
+    assert errors and "rank 0 raised BdbQuit" in errors[0]["evalue"], (text, errors)
+    assert "[rank 1] went on 1" in text and "[rank 0] went on" not in text, text
+    assert "[0, 1]" in kernel.ok(
+        "%%dist\nimport torch.distributed as dist\nout = [None, None]\n"
+        "dist.all_gather_object(out, rank)\nprint(out)"
+    )
+
+
+def test_breakpoint_without_stdin_continues_and_says_why(kernel: Kernel) -> None:
+    text, errors = kernel.run(STOPPING, allow_stdin=False)
+    assert not errors, (text, errors)
+    assert "breakpoint() continued: this front end takes no input" in text, text
+    assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
+
+
+def test_an_interrupt_at_the_breakpoint_prompt_ends_the_cell(kernel: Kernel) -> None:
+    prompts: list[str] = []
+
+    def interrupt(msg: dict[str, Any]) -> None:  # the user presses Stop instead of answering
+        prompts.append(msg["content"]["prompt"])
+        kernel.km.interrupt_kernel()
+
+    start = time.monotonic()
+    reply = kernel.kc.execute_interactive(
+        STOPPING,
+        timeout=REPLY_TIMEOUT_S,
+        stdin_hook=interrupt,
+        allow_stdin=True,
+        output_hook=lambda msg: None,
+    )
+    assert prompts == ["(Pdb rank 0) "] and reply["content"]["status"] == "error", reply
+    print(f"interrupt at the prompt: the cell ended after {time.monotonic() - start:.1f} s")
+    # The kernel's stdin and rank 0 are free again: the next prompt is answered as usual.
+    text, errors = kernel.run(STOPPING, ["c"])
+    assert not errors and "[rank 0] f 0 2" in text, (text, errors)

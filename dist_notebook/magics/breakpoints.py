@@ -1,0 +1,147 @@
+"""``breakpoint()`` in a cell on the ranks stops rank 0 in pdb, in the notebook.
+
+Before a cell that runs on the ranks and calls ``breakpoint()``, the ranks get a
+breakpoint hook (``engine/breakpoints.py``): rank 0's pdb sends its output and prompt to a
+ZMQ REP socket here; the others' ``breakpoint()`` does nothing. A thread of the kernel
+answers each prompt with a line from the notebook's stdin (an ``input_request`` of the
+running cell, as ``input()`` makes), and stops asking as soon as the cell ends (an
+interrupt included), so the kernel's stdin is never left to a dead prompt.
+
+ipykernel asks its stdin from the main thread only, which is waiting for the ranks here;
+this module sends the request itself on the kernel's stdin socket (``kernel.session``,
+``kernel.stdin_socket``, and the running cell's ident and parent header).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Any
+
+from ..cluster import ClusterState
+from ..cluster.execute import apply_on_ranks, view_of
+from ..engine import breakpoints as rank_breakpoints
+from .complete import rank_of_cell
+from .session import Session
+
+log = logging.getLogger(__name__)
+DEBUG_RANKS = [0]
+_POLL_S = 0.05
+
+
+class BreakpointRelay:
+    def __init__(self, shell: Any, session: Session, auto: Any) -> None:
+        self.shell = shell
+        self.session = session
+        self.auto = auto
+        self._socket: Any = None
+        self._endpoint = ""
+        self._installed: tuple[int, ...] = ()
+        # The running cell's (ident, parent header, whether its front end takes input, the
+        # event set when it ends). Each cell has its own event: a prompt of an interrupted
+        # cell stops waiting even when the next cell has begun.
+        self._cell: tuple[Any, Any, bool, threading.Event] | None = None
+        self._stopped = False  # a rank's pdb spoke during the running cell
+
+    # --- the kernel's main thread --------------------------------------------------------
+
+    def before_cell(self, info: Any) -> None:
+        cell = getattr(info, "raw_cell", "") or ""
+        if "breakpoint(" not in cell or rank_of_cell(cell, None, self.auto()) is None:
+            return
+        cluster = self.session.cluster
+        kernel = getattr(self.shell, "kernel", None)
+        if cluster is None or cluster.state != ClusterState.READY or kernel is None:
+            return
+        if not self._endpoint:
+            self._start(cluster.spec.ip)
+        engines = tuple(cluster.engine_ids())
+        if engines != self._installed:
+            apply_on_ranks(cluster, rank_breakpoints.install, self._endpoint, DEBUG_RANKS)
+            self._installed = engines
+        ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
+        over = threading.Event()
+        self._cell = (ident, kernel.get_parent("shell"), bool(kernel._allow_stdin), over)
+
+    def after_cell(self, result: Any = None) -> None:
+        cell, self._cell = self._cell, None
+        if cell is not None:
+            cell[3].set()
+        if self._stopped:  # a rank stopped in this cell: leave no tracing on it
+            self._stopped = False
+            cluster = self.session.cluster
+            if cluster is not None and cluster.state == ClusterState.READY and cluster.client:
+                # Not waited for: it runs once the rank is free (never holds the kernel).
+                view = view_of(cluster.client, cluster.engine_ids(DEBUG_RANKS))
+                view.apply_async(rank_breakpoints.end)
+
+    def _start(self, ip: str) -> None:
+        import zmq
+
+        self._socket = zmq.Context.instance().socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        port = self._socket.bind_to_random_port(f"tcp://{ip}")
+        self._endpoint = f"tcp://{ip}:{port}"
+        threading.Thread(target=self._serve, name="dist-breakpoints", daemon=True).start()
+
+    # --- the relay's thread ----------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            request = self._socket.recv_json()
+            self._stopped = True
+            line = "c"
+            try:
+                if request.get("output"):
+                    self._write(request["output"])
+                if request.get("prompt") is not None:
+                    line = self._read(request["prompt"])
+            except Exception:  # the rank goes on (c); the relay must live for the next one
+                log.exception("breakpoint relay: answering rank %s", request.get("rank"))
+            self._socket.send_json({"line": line})
+
+    def _write(self, text: str) -> None:
+        """Output into the running cell (this thread has no cell of its own)."""
+        cell = self._cell
+        set_parent = getattr(sys.stdout, "set_thread_parent", None)
+        if cell is not None and set_parent is not None:
+            set_parent(cell[1])
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def _read(self, prompt: str) -> str:
+        """A line from the notebook for *prompt*; ``c`` once the cell is over or the front
+        end takes no input."""
+        cell = self._cell
+        if cell is None or not cell[2]:
+            self._write(
+                "breakpoint() continued: this front end takes no input (run the cell from "
+                "a notebook or console to debug it)\n"
+            )
+            return "c"
+        kernel = self.shell.kernel
+        ident, parent, _, over = cell
+        content = {"prompt": prompt, "password": False}
+        kernel.session.send(kernel.stdin_socket, "input_request", content, parent, ident=ident)
+        while not over.is_set():
+            if kernel.stdin_socket.poll(int(_POLL_S * 1000)):
+                _, reply = kernel.session.recv(kernel.stdin_socket)
+                if reply is not None and reply.get("msg_type") == "input_reply":
+                    value = str(reply["content"].get("value", ""))
+                    return "q" if value == "\x04" else value
+        return "c"
+
+
+_by_shell: dict[int, BreakpointRelay] = {}
+
+
+def register(shell: Any, session: Session, auto: Any) -> BreakpointRelay:
+    old = _by_shell.get(id(shell))
+    if old is not None:  # %reload_ext: the new hooks replace the old ones
+        shell.events.unregister("pre_run_cell", old.before_cell)
+        shell.events.unregister("post_run_cell", old.after_cell)
+    relay = _by_shell[id(shell)] = BreakpointRelay(shell, session, auto)
+    shell.events.register("pre_run_cell", relay.before_cell)
+    shell.events.register("post_run_cell", relay.after_cell)
+    return relay
