@@ -77,7 +77,8 @@ def check(cluster: Any, n: int, hosts: str | None = None) -> None:
     spec = cluster.spec
     try:
         cluster.owner.refuse_during_run(f"cannot scale to {n} ranks")
-        if n > cluster.n:
+        if n > cluster.n and spec.launcher == "local":
+            # (remote specs are not re-validated: their hosts' layout follows the scale)
             limits.check_capacity(dataclasses.replace(spec, n=n), asked="scale")
     except (ClusterError, ClusterConfigError) as e:
         raise ScaleError(str(e)) from None

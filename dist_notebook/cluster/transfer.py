@@ -26,7 +26,6 @@ def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) 
     To every rank, the value goes once to rank 0 through ipyparallel and from there
     over the process group; to some ranks, it goes to each of them directly.
     """
-    cluster.owner.refuse_during_run("cannot push to the ranks")
     if _same_host(cluster):
         dumped = shm.dump(mapping)
         if dumped.path is not None:
@@ -55,7 +54,6 @@ def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
     The ranks send the value cloudpickled (classes of ``%%dist`` cells by value); it is
     rebuilt here, where a failure is an error with a remedy, not a hang.
     """
-    cluster.owner.refuse_during_run("cannot pull from the ranks")
     if _same_host(cluster):
         try:
             outputs = apply_on_ranks(cluster, shm.evaluate, expression, ranks=ranks)

@@ -115,6 +115,9 @@ class ExecMagics(Magics):
             )
         cluster = self.session.ready_cluster()
         try:
+            # A push or pull would wait for the whole background run: refused now.
+            # (The run's own pulls, at its end, go on: training/iterators.py.)
+            cluster.owner.refuse_during_run("cannot push to the ranks")
             push(cluster, {n: ns[n] for n in names})
         except ClusterError as e:
             raise UsageError(str(e)) from None
@@ -145,6 +148,7 @@ class ExecMagics(Magics):
         )
         assert ranks is not None
         try:
+            cluster.owner.refuse_during_run("cannot pull from the ranks")
             values = pull(cluster, expression, ranks)
         except ClusterError as e:
             raise UsageError(str(e)) from None
