@@ -1,11 +1,12 @@
-"""Directories that only this user can reach: made owner-only, reused only once checked.
+"""Directories only this user can write in: made owner-only, reused only once checked.
 
 A predictable path in a shared place (``$TMPDIR/dist-notebook-<uid>``, a store folder
 the user put in ``/tmp``) can be made in advance by another local user. Reused as it
 was, a folder of theirs let them swap in their own cluster directory and connection
 file: our engines registered with their controller and ran their code. So a folder we
 did not just make is used only when it is a real directory (not a symlink), owned by
-this user, with no access for group or others; anything else is refused with the fix.
+this user, that no group or other user can write in; anything else is refused with
+the fix.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def private_dir(path: Path) -> Path:
 
 
 def check_private(path: Path) -> None:
-    """Refuse *path* unless it is a directory (not a symlink) of this user, owner-only."""
+    """Refuse *path* unless it is a directory (not a symlink) of this user that nobody
+    else can write in (what is inside is made owner-only)."""
     info = os.lstat(path)
     fix = (
         f"remove it (rm -rf {path}) and run again, or set DIST_NOTEBOOK_STORE to a file "
@@ -45,8 +47,8 @@ def check_private(path: Path) -> None:
             f"{path} belongs to another user (uid {info.st_uid}), who could run code on your "
             f"ranks through it: {fix}"
         )
-    if info.st_mode & 0o077:
+    if info.st_mode & 0o022:
         raise UnsafeDirectoryError(
-            f"{path} can be reached by other users (mode {stat.S_IMODE(info.st_mode):o}): "
+            f"{path} can be written by other users (mode {stat.S_IMODE(info.st_mode):o}): "
             f"chmod 700 {path} if nobody else wrote into it, or {fix}"
         )

@@ -359,7 +359,8 @@ def test_syntax_error_is_clear_and_labelled(shell: Any, cluster2: Any, capsys: A
     out = capsys.readouterr().out
     error = result.error_in_exec
     assert isinstance(error, RankError) and error.ename == "SyntaxError", error
-    assert any(line.startswith("[rank ") and "SyntaxError" in line for line in out.splitlines())
+    labelled = ("[rank ", "[ranks ")
+    assert any(line.startswith(labelled) and "SyntaxError" in line for line in out.splitlines())
     assert reduce_sum(cluster2) == ["3\n", "3\n"]
 
 
