@@ -26,6 +26,7 @@ OutputSink = Callable[[int, str, Any], None]
 # output and a rank's death are seen; each look costs the kernel's main thread ~0.1 ms
 # (a training run: 1% of a core at 0.02 s).
 _POLL = 0.05
+OUTPUT_WAIT_S = 2.0  # after the ranks replied, for their output to arrive
 
 
 @dataclass
@@ -209,7 +210,9 @@ def follow(
         if release.released:
             regroup(cluster)
         raise
-    ar.wait_for_output(2)
+    # Returns as soon as every rank's output is in; the bound grows with the ranks (64
+    # fresh ranks on a loaded 2-core machine sent theirs after the 2 s this used to wait).
+    ar.wait_for_output(min(OUTPUT_WAIT_S + 0.1 * len(targets), 10.0))
     _forward(ar, streams)
     dead = release.dead() or _lost(ar, streams)
     if dead:
