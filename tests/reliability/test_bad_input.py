@@ -359,7 +359,7 @@ def test_syntax_error_is_clear_and_labelled(shell: Any, cluster2: Any, capsys: A
     out = capsys.readouterr().out
     error = result.error_in_exec
     assert isinstance(error, RankError) and error.ename == "SyntaxError", error
-    labelled = ("[rank ", "[ranks ")
+    labelled = ("[rank ", "[ranks ", "--- rank")  # a line, or the folded header
     assert any(line.startswith(labelled) and "SyntaxError" in line for line in out.splitlines())
     assert reduce_sum(cluster2) == ["3\n", "3\n"]
 
