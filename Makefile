@@ -51,7 +51,7 @@ chromium:
 
 # The front end's own unit tests (node --test, a few seconds) run before pytest.
 # The reliability tests then run once more with two busy processes beside the ranks
-# (tests/hogs.py): a hang or a race that only shows under load fails the suite too.
+# (tests/conftest.py): a hang or a race that only shows under load fails the suite too.
 test: venv ext-build ext-test chromium testhosts
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 	DIST_NOTEBOOK_TEST_CPU_HOGS=2 $(PY) -m pytest -q -p no:cacheprovider --durations=10 \

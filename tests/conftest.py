@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
@@ -98,16 +100,40 @@ class Descendants:
         return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+# Busy processes beside the ranks, the load under which timing bugs show (the %dist_run
+# hang of 2026-12-01 showed only with two busy processes on a 2-core machine): a test
+# takes two with ``cpu_hogs``; the whole session runs under them when
+# DIST_NOTEBOOK_TEST_CPU_HOGS names a count (the Makefile's test target, a second pass).
+HOGS_ENV = "DIST_NOTEBOOK_TEST_CPU_HOGS"
+
+
+class CpuHogs:
+    def __init__(self, count: int) -> None:
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)
+        ]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+        self.procs = []
+
+
+def hogs_from_environment() -> CpuHogs | None:
+    value = os.environ.get(HOGS_ENV, "")
+    return CpuHogs(int(value)) if value.isdigit() and int(value) > 0 else None
+
+
 _descendants: Descendants | None = None
 _session_hogs: Any = None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     global _descendants, _session_hogs
-    from hogs import from_environment
-
     _descendants = Descendants()
-    _session_hogs = from_environment()  # the whole session under load, when asked
+    _session_hogs = hogs_from_environment()  # the whole session under load, when asked
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
@@ -147,9 +173,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture
 def cpu_hogs() -> Iterator[Any]:
-    """Two busy processes for the length of one test (tests/hogs.py)."""
-    from hogs import CpuHogs
-
+    """Two busy processes for the length of one test (tests/conftest.py)."""
     hogs = CpuHogs(2)
     yield hogs
     hogs.stop()
