@@ -47,6 +47,9 @@ def test_status_gives_the_age_and_busy_ranks_during_a_background_run(
         rows = [line for line in out.splitlines() if re.match(r"\s*[01]\s", line)]
         assert len(rows) == 2 and all(line.rstrip().endswith("busy") for line in rows), out
     finally:
+        deadline = time.monotonic() + 60
+        while not run.metrics.records(0) and time.monotonic() < deadline:
+            time.sleep(0.1)  # stopped once it trains (as the live view's Stop is)
         run.stop()
         deadline = time.monotonic() + 60
         while run.state.value in ("pending", "running"):
