@@ -44,6 +44,8 @@ from .launchers import (
     OurControllerLauncher,
     PrivateCluster,
     RankEngineSetLauncher,
+    controller_args,
+    engine_args,
     remote_engines,
 )
 from .loop import run_sync
@@ -319,7 +321,7 @@ class DistCluster(ClusterHealth):
             controller_ip=spec.ip,
             controller_launcher_class=OurControllerLauncher,
             engine_launcher_class=engines,
-            controller_args=[f"--HeartMonitor.period={spec.heartbeat_ms}"],
+            controller_args=controller_args(spec),
             log_level=logging.ERROR,
             profile_dir=own_profile_dir(self.id),
         )
@@ -389,15 +391,9 @@ class DistCluster(ClusterHealth):
         assert self._ipp is not None
         count = self.n if count is None else count
         self.progress(f"starting {count} engine{'s' if count > 1 else ''}")
-        # Engines leave by themselves ~10 heartbeats after the controller is gone.
         # (ipp.Cluster has no engine_args trait: it must go to the engine launcher.)
-        args = ["--IPEngine.max_heartbeat_misses=10"]
-        if self.spec.launcher == "local":
-            # No nanny process per engine: the engine answers signals itself
-            # (engine/boot.py) and the kernel sees a local engine's exit directly.
-            args.append("--IPEngine.enable_nanny=False")
         self._engine_set = await self._ipp.start_engines(
-            count, environment=self._engine_env(rank_offset), engine_args=args
+            count, environment=self._engine_env(rank_offset), engine_args=engine_args(self.spec)
         )
         self._engine_sets.append(self._engine_set)
         self._owner_only_files()

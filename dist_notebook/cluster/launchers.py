@@ -13,6 +13,7 @@ across hosts (``cluster.placement``).
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import subprocess
 import sys
@@ -400,6 +401,32 @@ def slurm_namespace(n: int, nodes: int, gpus_per_node: int = 0) -> dict[str, Any
         "tasks_line": f"#SBATCH --ntasks-per-node={n // nodes}" if even else "",
         "gpu_line": f"#SBATCH --gpus-per-node={gpus_per_node}" if gpus_per_node else "",
     }
+
+
+def engine_args(spec: Any) -> list[str]:
+    """The options of every engine of *spec*'s cluster (at start and when it grows).
+
+    Engines leave by themselves ~10 heartbeats after the controller is gone. An engine
+    waits for the controller's reply to its registration as long as the start does
+    (ipyparallel gives up after 5 s, too soon on a loaded machine registering 64)."""
+    wait = max(5.0, min(60.0, float(spec.start_timeout)))
+    args = ["--IPEngine.max_heartbeat_misses=10", f"--IPEngine.timeout={wait:g}"]
+    if spec.launcher == "local":
+        # No nanny process per engine: the engine answers signals itself
+        # (engine/boot.py) and the kernel sees a local engine's exit directly.
+        args.append("--IPEngine.enable_nanny=False")
+    return args
+
+
+def controller_args(spec: Any) -> list[str]:
+    """The controller's options. Between its reply to an engine's registration and that
+    engine's first heartbeat the controller waits 30 s by default, then forgets the
+    engine while the engine goes on living: on a loaded machine starting 64 engines one
+    stayed unregistered until the start timed out. It waits as long as the start."""
+    return [
+        f"--HeartMonitor.period={spec.heartbeat_ms}",
+        f"--IPController.registration_timeout={max(30, math.ceil(spec.start_timeout))}",
+    ]
 
 
 def mpi_args(spec: Any, hosts_counts: Any = None) -> list[str]:

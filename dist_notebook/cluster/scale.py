@@ -49,12 +49,11 @@ from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
 from .hosts import HostsError, format_hosts, parse_hosts
-from .launchers import mpi_args, remote_engines, slurm_namespace
+from .launchers import engine_args, mpi_args, remote_engines, slurm_namespace
 from .loop import run_sync
 from .placement import ranks_across_hosts
 
 log = logging.getLogger("dist_notebook")
-ENGINE_ARGS = ["--IPEngine.max_heartbeat_misses=10"]  # as cluster._start_engines
 LEAVE_TIMEOUT = 30.0  # seconds for removed engines to leave the controller
 
 
@@ -478,7 +477,11 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
         set_id = ipp._new_engine_set_id()
         env["DIST_NOTEBOOK_ENGINE_SET"] = set_id
         cluster._engine_set = await ipp.start_engines(
-            count, engine_set_id=set_id, environment=env, engine_args=ENGINE_ARGS, **traits
+            count,
+            engine_set_id=set_id,
+            environment=env,
+            engine_args=engine_args(cluster.spec),
+            **traits,
         )
         cluster._engine_sets.append(cluster._engine_set)
     cluster._owner_only_files()

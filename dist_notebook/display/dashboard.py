@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import html
 import time
+from pathlib import Path
 from typing import Any
 
 from IPython.display import display
@@ -38,6 +39,18 @@ from .textlive import TextLive, progress_lines
 from .uipoll import CommRoute
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def kernel_id() -> str:
+    """The id a Jupyter server knows this kernel by (its connection file is
+    ``kernel-<id>.json``), or "" outside a kernel: a front end that opens a saved live
+    view under another kernel knows at once that the view's model cannot be there."""
+    from ipykernel.kernelapp import IPKernelApp
+
+    if not IPKernelApp.initialized():
+        return ""
+    stem = Path(IPKernelApp.instance().connection_file).stem
+    return stem.removeprefix("kernel-")
 
 
 class Dashboard:
@@ -85,7 +98,8 @@ class Dashboard:
             f"see dist_notebook.load_run({name!r}) for its records"
         )
         markup = (
-            f"<div class='dist-notebook-live-note' data-run='{html.escape(run_id)}'>"
+            f"<div class='dist-notebook-live-note' data-run='{html.escape(run_id)}'"
+            f" data-kernel='{html.escape(kernel_id())}'>"
             f"<b>run {html.escape(name)}</b> ({html.escape(run_id)}): live view of a run in "
             f"progress; see <code>dist_notebook.load_run({html.escape(repr(name))})</code>"
             " for its records and picture</div>"

@@ -13,7 +13,9 @@
  * A file saved while the run went (an autosave) holds the live view's output; opened once
  * its kernel is gone, the widget manager says "Error displaying widget: model not found".
  * Such an output carries the kernel's note naming the run and `load_run(...)` (its
- * text/html, `.dist-notebook-live-note`): it is shown in place of the error.
+ * text/html, `.dist-notebook-live-note`, with the id of the kernel that wrote it): it is
+ * shown in place of the error, or as soon as another kernel runs the notebook (where the
+ * widget manager would say "Loading widget..." for as long as it waits for the model).
  *
  * Optional, as this labextension is: where it is absent, the live view still draws and
  * ends in every view; only such files keep the widget's output.
@@ -34,8 +36,29 @@ function noteOf(data: { [mime: string]: unknown }): string | null {
   return typeof text === 'string' && text.includes(NOTE_CLASS) ? text : null;
 }
 
+/** The id of the kernel that wrote *note* (its `data-kernel`), or null. */
+function kernelOf(note: string): string | null {
+  const found = /data-kernel='([^']*)'/.exec(note);
+  return found && found[1] ? found[1] : null;
+}
+
+/**
+ * Whether the live view of *note*, shown as *shown*, has lost its model: the widget
+ * manager says so, or the notebook now runs another kernel than the one that wrote it
+ * (its model cannot be there: the manager would show "Loading widget..." while it waits
+ * for it). With no kernel yet (a page reloaded mid-run is reconnecting) nothing is said.
+ */
+function modelGone(note: string, shown: string, current: string | undefined): boolean {
+  if (shown.includes(MISSING)) {
+    return true;
+  }
+  const writer = kernelOf(note);
+  return writer !== null && current !== undefined && writer !== current;
+}
+
 /** Replace every live view whose model is gone by the kernel's note on its run. */
 export function showNotesForMissing(panel: NotebookPanel): number {
+  const current = panel.sessionContext.session?.kernel?.id;
   let replaced = 0;
   for (const cell of panel.content.widgets) {
     if (!(cell instanceof CodeCell)) {
@@ -46,7 +69,10 @@ export function showNotesForMissing(panel: NotebookPanel): number {
     for (let i = 0; i < outputs.length && i < area.widgets.length; i++) {
       const data = outputs.get(i).data;
       const note = WIDGET_MIME in data ? noteOf(data) : null;
-      if (note === null || !area.widgets[i].node.textContent?.includes(MISSING)) {
+      if (
+        note === null ||
+        !modelGone(note, area.widgets[i].node.textContent ?? '', current)
+      ) {
         continue;
       }
       const plain = data['text/plain'];
@@ -67,14 +93,16 @@ export function showNotesForMissing(panel: NotebookPanel): number {
 /** Watch *panel* for a live view whose model is missing (checked once things settle). */
 function watchMissing(panel: NotebookPanel): void {
   let timer: number | null = null;
-  const observer = new MutationObserver(() => {
+  const schedule = () => {
     if (timer === null) {
       timer = window.setTimeout(() => {
         timer = null;
         showNotesForMissing(panel);
       }, 300);
     }
-  });
+  };
+  const observer = new MutationObserver(schedule);
+  panel.sessionContext.kernelChanged.connect(schedule);
   observer.observe(panel.content.node, {
     childList: true,
     subtree: true,

@@ -250,8 +250,8 @@ def test_a_run_left_running_by_an_ended_cluster_reads_orphaned(tmp_path: Path) -
 
 def test_prune_never_holds_the_store_from_a_running_writer(tmp_path: Path) -> None:
     """Prune of many records goes in small transactions: a training's writer beside it
-    (its own connection, a write every 20 ms) never waits more than ~0.5 s, where one
-    transaction held the store for the whole prune."""
+    (its own connection, a write every 20 ms) never waits more than a third of what one
+    transaction would hold the store for (here 1-2 s; ~0.1 s measured)."""
     path = tmp_path / "runs.sqlite"
     writer = StoreWriter(path)
     writer.add_cluster(
@@ -318,16 +318,18 @@ def test_prune_never_holds_the_store_from_a_running_writer(tmp_path: Path) -> No
         f"prune {took:.2f} s, one transaction {one:.2f} s, writes {len(waits)}, max wait"
         f" {max(waits):.3f} s"
     )
-    assert max(waits) < 0.5, (
+    # Relative to the one transaction's hold, so that a loaded (or a faster) machine,
+    # which stretches (or shrinks) both, reads the same.
+    assert one > 0.6, f"the store is too small to show a long hold ({one:.2f} s)"
+    assert max(waits) < one / 3, (
         f"a write waited {max(waits):.2f} s during a prune of {took:.1f} s (one"
         f" transaction: {one:.1f} s)"
     )
-    assert one > 0.6, f"the store is too small to show a long hold ({one:.2f} s)"
     live.close()
     writer.close()
 
 
-ROWS_PER_RUN = 300_000
+ROWS_PER_RUN = 600_000
 
 
 def test_the_panel_reaches_the_kernel_after_a_lock(tmp_path: Path, caplog: Any) -> None:
