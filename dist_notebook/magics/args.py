@@ -222,6 +222,24 @@ def positive_int(text: str) -> int:
     return value
 
 
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float:
+    """Seconds from ``90s``, ``30m``, ``2h``, ``1d`` or a plain number of seconds."""
+    unit = DURATION_UNITS.get(text[-1:].lower(), None) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: write it like 90s, 30m or 2h"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)

@@ -1,8 +1,10 @@
-"""%dist_cluster start | status | stop | restart."""
+"""%dist_cluster start | status | stop | restart | stacks | scale | attach | detach | list."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -14,8 +16,10 @@ from IPython.display import display
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
 from ..cluster.transfer import warm_up
+from ..detached.attached import AttachedCluster, start_detached
 from .args import (
     HELP,
+    duration,
     exclusive,
     flags_from,
     help_text,
@@ -28,7 +32,7 @@ from .output import BY_NODE_BEYOND, Progress, Table, nodes_table
 from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_action
 from .session import Session
 
-ACTIONS = ("start", "status", "stop", "restart", "stacks", "scale")
+ACTIONS = ("start", "status", "stop", "restart", "stacks", "scale", "attach", "detach", "list")
 STOPPING_WAIT_S = 60.0  # a start waits this long for a stop in progress to finish
 
 
@@ -44,6 +48,10 @@ EXAMPLES = """
   %dist_cluster scale 4                add or remove ranks between cells; rebuild DDP models
   %dist_cluster scale --hosts h1:2,h2:1  ssh/mpi: the new ranks per host
   %dist_cluster stop
+  %dist_cluster start --detach --idle-timeout 2h   ranks that outlive this kernel
+  %dist_cluster attach [ID]            take a detached cluster (default: the newest)
+  %dist_cluster detach                 let go of it: it goes on without this kernel
+  %dist_cluster list                   this user's detached clusters
 """
 
 
@@ -145,8 +153,9 @@ class ClusterMagics(Magics):
     @argument(
         "count",
         nargs="?",
-        type=positive_int,
-        help="with scale: the new number of ranks (no default)",
+        metavar="N|ID",
+        help="with scale: the new number of ranks (no default); with attach: the cluster's"
+        " id (default: the newest detached cluster)",
     )
     @argument("-n", type=positive_int, help="number of ranks (default: GPUs, else 2)")
     @exclusive(
@@ -185,7 +194,8 @@ class ClusterMagics(Magics):
     @argument(
         "--force",
         action="store_true",
-        help="start more ranks than this machine's memory seems to hold",
+        help="with start: more ranks than this machine's memory seems to hold; with attach: "
+        "take a detached cluster from the kernel attached to it",
     )
     @argument(
         "--all",
@@ -198,6 +208,17 @@ class ClusterMagics(Magics):
         default="local",
         choices=("local", "mpi", "ssh", "slurm"),
         help="ipyparallel launcher (default: local, this machine)",
+    )
+    @argument(
+        "--detach",
+        action="store_true",
+        help="with start: the cluster outlives this kernel (attach to it from any kernel)",
+    )
+    @argument(
+        "--idle-timeout",
+        type=duration,
+        metavar="T",
+        help="with start --detach: stop it after T unused, e.g. 30m, 2h, 90s (default: never)",
     )
     @help_text(EXAMPLES)
     @line_magic
@@ -212,6 +233,10 @@ class ClusterMagics(Magics):
             raise UsageError(str(e)) from None
 
     def _start(self, args: Any) -> None:
+        if args.idle_timeout is not None and not args.detach:
+            raise UsageError(
+                "%dist_cluster: --idle-timeout is for a detached cluster: add --detach"
+            )
         current = self.session.cluster
         if current is not None:
             # A stop from the panel is finishing: the new cluster starts once it has.
@@ -230,6 +255,17 @@ class ClusterMagics(Magics):
                 f"a cluster is already {current.state.value}: use %dist_cluster restart, "
                 "or %dist_cluster stop first"
             )
+        if args.detach:
+            detached = start_detached(spec, args.idle_timeout, progress=Progress())
+            self.session.cluster = detached
+            warm_up()
+            display(ranks_table(detached))
+            print(
+                f"cluster {detached.id} is detached (keeper pid {detached.keeper_pid}"
+                f"{_idle_note(args.idle_timeout)}): it outlives this kernel; "
+                f"%dist_cluster attach {detached.id} from any kernel takes it back"
+            )
+            return
         # A spare of the same spec (cluster/pool.py) when one was kept warm, else cold.
         cluster = pool.take(spec, Progress()) or DistCluster(spec, progress=Progress())
         self.session.cluster = cluster
@@ -249,7 +285,14 @@ class ClusterMagics(Magics):
                 f"cluster {cluster.id}: {cluster.state.value}; start one with %dist_cluster start"
             )
             return
+        if isinstance(cluster, AttachedCluster):
+            cluster.refresh()  # the keeper's state; a gone keeper is said in one line
         display(ranks_table(cluster, every_rank=args.all, age=True))
+        if isinstance(cluster, AttachedCluster):
+            print(
+                f"detached: keeper pid {cluster.keeper_pid}{_idle_note(cluster.idle_timeout)};"
+                " %dist_cluster detach lets go of it"
+            )
 
     def _stop(self, args: Any) -> None:
         cluster = self.session.cluster
@@ -273,7 +316,16 @@ class ClusterMagics(Magics):
             print(f"--- rank {rank} ---\n{text.rstrip()}\n")
 
     def _scale(self, args: Any) -> None:
-        cluster = scale_action(self.session.cluster, args.count, Progress(), args.hosts)
+        try:
+            count = None if args.count is None else positive_int(args.count)
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"%dist_cluster: argument count: {e}") from None
+        if isinstance(self.session.cluster, AttachedCluster):
+            raise UsageError(
+                "%dist_cluster: a detached cluster keeps its size: stop it and start one "
+                f"with -n {count or 'N'} --detach"
+            )
+        cluster = scale_action(self.session.cluster, count, Progress(), args.hosts)
         display(ranks_table(cluster))
 
     def _restart(self, args: Any) -> None:
@@ -283,3 +335,88 @@ class ClusterMagics(Magics):
         cluster.progress = Progress()
         cluster.restart_sync(everything=args.all)
         display(ranks_table(cluster))
+
+    # --- detached clusters ---------------------------------------------------------
+    def _attach(self, args: Any) -> None:
+        from ..detached.attached import find_keeper
+
+        current = self.session.cluster
+        if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
+            if (
+                isinstance(current, AttachedCluster)
+                and args.count
+                and current.id.startswith(args.count)
+            ):
+                current.refresh()
+                print(f"cluster {current.id} is attached to this kernel already")
+                display(ranks_table(current))
+                return
+            raise UsageError(
+                f"this kernel holds cluster {current.id} ({current.state.value}): "
+                "%dist_cluster stop (or detach) it first"
+            )
+        t0 = time.perf_counter()
+        cluster = AttachedCluster.attach_file(find_keeper(args.count), force=args.force)
+        self.session.cluster = cluster
+        took = time.perf_counter() - t0
+        display(ranks_table(cluster, age=True))
+        print(f"attached to cluster {cluster.id} in {took:.2f} s (keeper pid {cluster.keeper_pid})")
+        run = cluster.owner.active_run()
+        if run is not None:
+            self._follow(run)
+
+    def _follow(self, run: Any) -> None:
+        """A run in progress at attach: its live view back, from its records, then live."""
+        from ..detached.keptrun import follow_in_background
+        from ..display import Dashboard
+
+        dashboard = Dashboard(run, steps=None, blocking=False)
+        dashboard.show()
+        print(f"run {run.name} ({run.id}) is in progress: following it")
+        follow_in_background(run, None, dashboard.finish)
+
+    def _detach(self, args: Any) -> None:
+        cluster = self.session.cluster
+        if cluster is None or not isinstance(cluster, AttachedCluster):
+            raise UsageError(
+                "%dist_cluster: this kernel holds no detached cluster (start one with "
+                "%dist_cluster start --detach)"
+            )
+        cluster.detach()
+        self.session.cluster = None
+        print(
+            f"cluster {cluster.id} goes on without this kernel: %dist_cluster attach {cluster.id}"
+        )
+
+    def _list(self, args: Any) -> None:
+        from ..detached.attached import list_detached
+
+        rows: list[tuple[Any, ...]] = []
+        for info in list_detached():
+            if "error" in info:
+                rows.append((info["id"], "-", "-", "-", "-", "-", info["error"]))
+                continue
+            hosts = sorted({r["host"] for r in info["ranks"]})
+            holder = info["holder"]
+            rows.append(
+                (
+                    info["id"],
+                    len(info["ranks"]),
+                    ",".join(hosts),
+                    _duration(time.time() - info["started"]),
+                    "-" if holder else _duration(info["idle_s"]),
+                    "never" if info["idle_timeout"] is None else _duration(info["idle_timeout"]),
+                    f"kernel {holder}" + (" (this one)" if holder == os.getpid() else "")
+                    if holder
+                    else "none",
+                )
+            )
+        if not rows:
+            print("no detached cluster: start one with %dist_cluster start --detach")
+            return
+        columns = ("cluster", "ranks", "hosts", "age", "idle", "idle timeout", "attached")
+        display(Table(columns, rows, "detached clusters"))
+
+
+def _idle_note(timeout: float | None) -> str:
+    return "" if timeout is None else f", stops after {_duration(timeout)} unused"

@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..detached.attached import AttachedCluster
 from ..export import ExportUnavailable
 from ..export import check as check_exports
 from ..store.recorder import record
@@ -28,6 +29,7 @@ from .args import (
     positive_int,
     strip_comment,
 )
+from .history import history_of
 from .output import LabelledPrinter
 from .session import Session
 
@@ -189,7 +191,11 @@ class TrainMagics(Magics):
             tensorboard=args.tensorboard,
             mlflow=args.mlflow,
         )
-        run = TrainingRun(cluster, spec, writer=cluster.writer())
+        if isinstance(cluster, AttachedCluster):
+            # The keeper runs it, so that it goes on without this kernel; followed here.
+            run: Any = cluster.start_run(spec, flags.strip())
+        else:
+            run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
         if not args.no_dashboard:
             from ..display import Dashboard
@@ -197,9 +203,11 @@ class TrainMagics(Magics):
             dashboard = Dashboard(run, steps=args.steps, blocking=not args.background)
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
+        history_of(self.shell).ran_train(cluster, spec, run)  # for %dist_export
         self.session.run = run
-        # The run tab of the panel shows the flags the run was started with.
-        record(cluster.writer(), "add_event", "command", flags.strip(), run_id=run.id)
+        if not isinstance(cluster, AttachedCluster):
+            # The run tab of the panel shows the flags the run was started with.
+            record(cluster.writer(), "add_event", "command", flags.strip(), run_id=run.id)
         if args.background:
             thread = threading.Thread(
                 target=self._execute,
@@ -227,6 +235,8 @@ class TrainMagics(Magics):
             raise
         finally:
             for rank in printer.ranks:  # the last lines of each rank, for the run tab
+                if isinstance(run.cluster, AttachedCluster):
+                    break  # the keeper's run wrote them, as the keeper's output
                 record(
                     run.cluster.writer(),
                     "add_event",
@@ -249,6 +259,9 @@ class TrainMagics(Magics):
             )
         if result.hint:
             print(result.hint)
+        kept_error = getattr(run, "error", None)
+        if result.state == RunState.FAILED and result.error is None and kept_error:
+            print(kept_error)  # a kept run's error, as the keeper recorded it
         if result.state == RunState.FAILED:
             self.session.after_failure()
         if result.state == RunState.FAILED and result.error is not None and raise_errors:

@@ -297,6 +297,17 @@ class StoreReader:
             for r in self._query("SELECT rank, host FROM ranks WHERE cluster_id = ?", (cluster_id,))
         }
 
+    def events_since(self, run_id: str, kind: str, since: int = 0) -> list[dict[str, Any]]:
+        """A run's events of *kind* after sequence number *since*, in order."""
+        return self._query(
+            "SELECT * FROM events WHERE run_id = ? AND kind = ? AND seq > ? ORDER BY seq",
+            (run_id, kind, since),
+        )
+
+    def record_rows(self, run_id: str, since: int = 0) -> list[tuple[int, Record]]:
+        """(seq, Record) of a run after sequence number *since*: to follow a run."""
+        return self._record_rows(run_id, since)
+
     def events(
         self, run_id: str | None = None, cluster_id: str | None = None
     ) -> list[dict[str, Any]]:
