@@ -19,6 +19,9 @@ def register(ipython: Any) -> None:
     for cls in (ClusterMagics, ExecMagics, TrainMagics, DebugMagics, ReloadMagics):
         ipython.register_magics(cls(ipython, session=session))
     ipython.register_magics(RunsMagics(ipython))
+    from .export_magics import register as register_export
+
+    register_export(ipython)
     _register_completers(ipython)
     _register_rank_side(ipython, session)
 
@@ -42,6 +45,7 @@ def _register_completers(ipython: Any) -> None:
     from .cluster_magics import ACTIONS, ClusterMagics
     from .debug_magics import DebugMagics
     from .exec_magics import ExecMagics
+    from .export_magics import ExportMagics
     from .reload_magics import ReloadMagics
     from .runs_magics import RunsMagics
     from .train_magics import TrainMagics
@@ -53,6 +57,7 @@ def _register_completers(ipython: Any) -> None:
         "%%dist_train": (TrainMagics.dist_train, ()),
         "%dist_train": (TrainMagics.dist_train, ()),
         "%dist_runs": (RunsMagics.dist_runs, ()),
+        "%dist_export": (ExportMagics.dist_export, ()),
         "%dist_debug": (DebugMagics.dist_debug, ()),
         "%dist_autoreload": (ReloadMagics.dist_autoreload, ("on", "off")),
         "%dist_auto": (AutoMagics.dist_auto, ("on", "off")),

@@ -25,6 +25,7 @@ from .args import (
     positive_float,
     strip_comment,
 )
+from .history import history_of
 from .output import FoldingPrinter, LabelledPrinter, Table, show_folded_streams, show_results
 from .session import Session
 
@@ -96,6 +97,7 @@ class ExecMagics(Magics):
         finally:
             if sink is not None:
                 sink.close()  # what is held back shows before the traceback or Out[]
+        history_of(self.shell).ran_dist(cluster, cell, ranks)  # for %dist_export
         if args.no_stream:
             show_folded_streams(outputs, fold)
         show_results(outputs, fold)
@@ -121,6 +123,7 @@ class ExecMagics(Magics):
             push(cluster, {n: ns[n] for n in names})
         except ClusterError as e:
             raise UsageError(str(e)) from None
+        history_of(self.shell).pushed(cluster, {n: ns[n] for n in names})  # for %dist_export
 
     @magic_arguments("%dist_pull")
     @HELP
