@@ -30,7 +30,6 @@ from .args import (
     strip_comment,
 )
 from .history import history_of
-from .history import history_of
 from .output import LabelledPrinter
 from .session import Session
 
@@ -204,7 +203,6 @@ class TrainMagics(Magics):
             dashboard = Dashboard(run, steps=args.steps, blocking=not args.background)
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
-        history_of(self.shell).ran_train(cluster, spec, run)  # for %dist_export
         history_of(self.shell).ran_train(cluster, spec, run)  # for %dist_export
         self.session.run = run
         if not isinstance(cluster, AttachedCluster):
