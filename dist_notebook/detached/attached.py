@@ -89,7 +89,10 @@ def start_detached(
 def find_keeper(cluster_id: str | None) -> Path:
     """The keeper file of cluster *cluster_id* (a prefix will do), or of the newest
     detached cluster if None; ClusterError naming the fix if there is none."""
-    files = keeper_files(profiles_base())
+    try:
+        files = keeper_files(profiles_base())
+    except KeeperError as e:
+        raise ClusterError(str(e)) from None
     if cluster_id is None:
         if not files:
             raise ClusterError(
@@ -110,7 +113,11 @@ def find_keeper(cluster_id: str | None) -> Path:
 def list_detached() -> list[dict[str, Any]]:
     """Every detached cluster of this user, as its keeper says (or as not answering)."""
     rows = []
-    for path in keeper_files(profiles_base()):
+    try:
+        paths = keeper_files(profiles_base())
+    except KeeperError as e:
+        raise ClusterError(str(e)) from None
+    for path in paths:
         try:
             link = KeeperLink.load(path)
             info = link.request("info", timeout=3)

@@ -28,7 +28,7 @@ from typing import Any
 
 import zmq
 
-from ..privatedir import check_private
+from ..privatedir import UnsafeDirectoryError, check_private
 
 FILE = "keeper.json"
 FRESH_S = 60.0  # a request older than this (or from this far ahead) is refused
@@ -143,7 +143,30 @@ class KeeperLink:
 def keeper_files(base: Path) -> list[Path]:
     """The keeper files of this user's detached clusters under *base* (the folder of
     the clusters' profile folders), newest first."""
-    if not base.is_dir():
-        return []
-    found = [p / FILE for p in base.glob("cluster-*") if (p / FILE).is_file()]
-    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    try:
+        if not base.is_dir():
+            return []
+        if base.stat().st_uid != os.getuid():
+            raise PermissionError(base)
+        check_private(base)
+        found = [p / FILE for p in base.glob("cluster-*") if (p / FILE).is_file()]
+        return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+    except PermissionError:
+        owner = _owner_of(base)
+        raise KeeperError(
+            f"the clusters in {base} belong to {owner}: only their owner can attach to them "
+            "(set DIST_NOTEBOOK_STORE to a run store of your own)"
+        ) from None
+    except UnsafeDirectoryError as e:
+        raise KeeperError(str(e)) from None
+
+
+def _owner_of(path: Path) -> str:
+    """Who owns *path* (or the nearest folder above it we may look at), in words."""
+    for folder in (path, *path.parents):
+        try:
+            uid = folder.stat().st_uid
+        except PermissionError:
+            continue
+        return "you" if uid == os.getuid() else f"another user (uid {uid})"
+    return "another user"

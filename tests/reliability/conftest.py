@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -154,3 +156,21 @@ class Kernel:
             if self.km.is_alive():
                 self.km.shutdown_kernel(now=True)
             kill_all(self.cluster_pids)
+
+
+@pytest.fixture(scope="module")
+def second_user() -> Iterator[tuple[int, int]]:
+    """A real second Unix user (no home, no shell): (uid, gid); removed afterwards."""
+    name = f"dn-other-{uuid.uuid4().hex[:6]}"
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        timeout=30,
+    )
+    try:
+        out = subprocess.run(["id", "-u", name], capture_output=True, text=True, check=True)
+        uid = int(out.stdout)
+        gid = int(subprocess.run(["id", "-g", name], capture_output=True, text=True).stdout)
+        yield uid, gid
+    finally:
+        subprocess.run(["userdel", name], check=False, timeout=30)

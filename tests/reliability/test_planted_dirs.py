@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,21 +51,8 @@ VICTIM = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def planter() -> Iterator[tuple[int, int]]:
-    """A real second Unix user: (uid, gid); removed afterwards."""
-    name = f"dn-planter-{uuid.uuid4().hex[:6]}"
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        timeout=30,
-    )
-    try:
-        out = subprocess.run(["id", "-u", name], capture_output=True, text=True, check=True)
-        uid = int(out.stdout)
-        gid = int(subprocess.run(["id", "-g", name], capture_output=True, text=True).stdout)
-        yield uid, gid
-    finally:
-        subprocess.run(["userdel", name], check=False, timeout=30)
+def planter(second_user: tuple[int, int]) -> tuple[int, int]:
+    return second_user
 
 
 @pytest.fixture()
