@@ -31,6 +31,7 @@ import ipyparallel as ipp
 from ..cluster.cluster import ClusterError, DistCluster, RankInfo
 from ..cluster.spec import ClusterSpec
 from ..protocol import ClusterState
+from ..store.reader import kernel_alive
 from .keeper import spec_from_json, spec_to_json
 from .keptrun import KeptRun
 from .link import FILE, KeeperError, KeeperGone, KeeperLink, keeper_files
@@ -208,6 +209,8 @@ class AttachedCluster(DistCluster):
         """The keeper's answer for this kernel; ClusterError (one line) if it refused
         or is gone (then this cluster is stopped here too)."""
         try:
+            if not kernel_alive(self.keeper_pid, self.link.file.started):
+                raise KeeperGone(f"its keeper, pid {self.keeper_pid}, has ended")
             return self.link.request(op, timeout=timeout, kernel=os.getpid(), **args)
         except KeeperGone as e:
             self._gone(str(e))

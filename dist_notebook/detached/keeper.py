@@ -286,6 +286,8 @@ def main() -> None:
     from ..cluster import forkserver
     from ..cluster.cluster import DistCluster, own_profile_dir
     from ..store.location import store_path
+    from ..store.reader import DETACHED_EVENT
+    from ..store.recorder import record
 
     out = sys.stdout
     request = json.loads(sys.stdin.readline())
@@ -313,6 +315,13 @@ def main() -> None:
     keeper = Keeper(cluster, idle)
     signal.signal(signal.SIGTERM, lambda *_: keeper.request_stop())
     path = keeper.write_file()
+    record(
+        cluster.writer(),
+        "add_event",
+        DETACHED_EVENT,
+        json.dumps({"keeper": os.getpid(), "idle_timeout": idle}),
+        cluster_id=cluster.id,
+    )
     cluster.progress = lambda text: log.info("%s", text)
     _say(out, {"ready": {"file": str(path), "id": cluster.id}})
     out.close()

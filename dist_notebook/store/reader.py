@@ -45,6 +45,9 @@ def kernel_alive(pid: int | None, started: float | None = None) -> bool:
     return started is None or created <= started + 1.0
 
 
+DETACHED_EVENT = "detached"  # {"keeper": pid, "idle_timeout": seconds or null}
+
+
 class StoreReader:
     """Read-only queries; safe to use while the kernel writes (WAL)."""
 
@@ -83,10 +86,24 @@ class StoreReader:
 
     def _mark_clusters(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         gone = self.orphaned() if rows else {}
+        detached = self._detached({c["id"] for c in rows})
         for c in rows:
             if c["id"] in gone:
                 c["state"] = protocol.ClusterState.ORPHANED.value
+            # A detached cluster's keeper (detached/keeper.py): its pid and idle timeout.
+            c["detached"] = detached.get(c["id"])
         return rows
+
+    def _detached(self, cluster_ids: set[str]) -> dict[str, dict[str, Any]]:
+        if not cluster_ids:
+            return {}
+        ids = sorted(cluster_ids)
+        rows = self._query(
+            f"SELECT cluster_id, message FROM events WHERE kind = '{DETACHED_EVENT}'"
+            f" AND cluster_id IN ({', '.join('?' * len(ids))}) ORDER BY seq",
+            tuple(ids),
+        )
+        return {r["cluster_id"]: json.loads(r["message"]) for r in rows}
 
     def _mark_runs(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Unfinished runs whose owner is gone read as ``orphaned``: their kernel exited,

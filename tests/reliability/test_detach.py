@@ -241,3 +241,36 @@ def test_idle_timeout_without_detach_is_refused(store: str) -> None:
         assert "holds no detached cluster" in refusal, refusal
     finally:
         kernel.close()
+
+
+def test_a_blocking_run_shows_its_output_and_the_panels_stop_ends_the_keeper(store: str) -> None:
+    from dist_notebook.store.control import ControlQueue
+
+    kernel = Kernel(store)
+    tree: list[int] = []
+    try:
+        out, errors = kernel.run("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu --detach")
+        assert not errors, errors
+        info = info_of(kernel)
+        tree = tree_of(info["keeper"])
+        text = shown(kernel, TRAIN.replace("--background", "--no-dashboard").replace("kept", "fg"))
+        assert "[rank 0] trained 0" in text and "[rank 1] trained 1" in text, text
+        assert "run fg" in text and "succeeded" in text, text
+        run = stored_run(store, "fg")
+        assert run is not None and run["records"] == 2 * STEPS, run
+        assert run["output"].get("0", "").strip() == "trained 0", run["output"]
+        queue = ControlQueue(Path(store))
+        try:
+            seq = queue.request(info["id"], "stop")  # as the panel's Stop does
+            deadline = time.monotonic() + 60
+            while queue.answer(seq)["done"] is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert queue.answer(seq)["result"] == "stopped", queue.answer(seq)
+        finally:
+            queue.close()
+        assert wait_gone(tree, 30)[0] == []
+        refusal = refused(kernel, "%%dist\nprint(rank)")
+        assert f"cluster {info['id']} is gone" in refusal, refusal
+    finally:
+        kernel.close()
+        kill_all(tree)
