@@ -209,7 +209,12 @@ class TrainingRun:
         except BaseException as e:
             self._finish_channel(collector)
             if not (self._cancelled.is_set() and isinstance(e, (RankError, KeyboardInterrupt))):
-                exports.close(RunState.FAILED.value, f"{type(e).__name__}: {e}")
+                # Whatever ended it (the cluster stopped under it, a lost engine, a bug), its
+                # end is recorded: never a run left pending or running for good.
+                why = f"{type(e).__name__}: {e}"
+                state = RunState.CANCELLED if self._cancelled.is_set() else RunState.FAILED
+                self._set_state(state, {r: state.value for r in self.ranks}, error=why)
+                exports.close(state.value, why)
                 raise
             # Stopped before its cell began (the interrupt met begin_run): cancelled, as a
             # stop during the cell is, never an error in a thread with the run left pending.
@@ -255,14 +260,15 @@ class TrainingRun:
 
     def _finish_channel(self, collector: Collector) -> None:
         # A dead rank cannot confirm its last records: close the survivors' channels.
-        dead = self.cluster.dead_ranks()
-        alive = [r for r in self.ranks if r not in dead]
+        alive: list[int] = []
         try:
+            dead = self.cluster.dead_ranks()
+            alive = [r for r in self.ranks if r not in dead]
             if alive:
                 apply_on_ranks(
                     self.cluster, engine_training.end_run, ranks=alive, timeout=30, degraded_ok=True
                 )
-        except (RankError, TimeoutError, ClusterError) as e:
+        except Exception as e:  # a cluster stopped under the run: its end is still recorded
             log.warning("closing the metrics channel: %s", e)
         missing = collector.wait_for_ends(set(alive), timeout=10)
         if missing:

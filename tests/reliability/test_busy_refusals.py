@@ -66,6 +66,31 @@ def test_scale_beyond_the_machine_is_refused_as_start_is(shell: Any, cluster2: A
     assert cluster2.n == 2 and cluster2.state.value == "ready"
 
 
+def test_a_background_run_stopped_at_once_ends_cancelled(shell: Any, cluster2: Any) -> None:
+    """Stop right after the start, five times (the interrupt meets the run's set-up on a
+    rank, or its cell, or an idle rank in between): the run ends cancelled every time,
+    nothing raises in its thread, the ranks take the next cell."""
+    errors: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)  # type: ignore[assignment]
+    try:
+        for i in range(5):
+            started = shell.run_cell(LONG_BACKGROUND.format(name=f"bgstop{i}"))
+            assert started.error_in_exec is None, started.error_in_exec
+            run = cluster2.owner.active_run()
+            time.sleep(0.05 * i)  # each lands at another point of the set-up
+            run.stop()
+            deadline = time.monotonic() + 60
+            while run.state.value in ("pending", "running"):
+                assert time.monotonic() < deadline, f"run {i} never ended: {run.state}"
+                time.sleep(0.05)
+            assert run.state.value == "cancelled", (i, run.state)
+            assert shell.run_line_magic("dist_pull", "rank + 1 --rank 1") == 2
+    finally:
+        threading.excepthook = previous
+    assert errors == []
+
+
 def test_panel_stop_during_a_scale_acts_after_it(own_cluster: Any) -> None:
     """The owner's stop (what the panel's Stop runs, on the owner's thread) waits for the
     scale under way, which ends ready; then the cluster stops."""
