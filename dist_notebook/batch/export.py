@@ -106,13 +106,14 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
         )
     if state not in ("succeeded", "unknown"):
         notes.append(f"the notebook's run {getattr(run, 'name', '')} is {state}")
+    job_text = sbatch_file.compose(batch) if batch is not None else None  # may refuse
     if values_path is not None:
         import cloudpickle
 
         _write(values_path, cloudpickle.dumps(pickled), private=True)
     _write(target, text.encode())
-    if batch is not None and sbatch_path is not None:
-        _write(sbatch_path, sbatch_file.compose(batch).encode())
+    if job_text is not None and sbatch_path is not None:
+        _write(sbatch_path, job_text.encode())
     written = (*literals, *pickled)
     return Exported(target, sbatch_path, values_path, plan, name, nproc, notes, batch, written)
 

@@ -171,7 +171,7 @@ class BatchRun:
         outcomes[0] = own
         self.collector.wait_for_ends(set(self.ranks), timeout=runtime.END_WAIT_S)
         self.collector.close()
-        states = {r: outcomes.get(r, ("cancelled", None)) for r in self.ranks}
+        states = _released({r: outcomes.get(r, ("cancelled", None)) for r in self.ranks})
         failed = {r: e for r, (s, e) in states.items() if s == "failed"}
         if failed:
             state = "failed"
@@ -232,6 +232,27 @@ class BatchRun:
                 runtime.put_outcome(self.run_id, self.job.rank, *own)
         finally:
             signal.signal(signal.SIGTERM, held)
+
+
+# What a rank's collective raises when a peer went away (gloo's words; NCCL's watchdog).
+_PEER_LOST = ("connection closed by peer", "connection reset by peer", "remote worker")
+
+
+def _released(states: dict[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
+    """Ranks that failed only because another rank failed first (their collective lost
+    its peer, or torchrun's SIGTERM cancelled them) are ``released``, as in a notebook's
+    run; the run's error then names the ranks that failed by themselves."""
+
+    def lost(error: Any) -> bool:
+        return any(words in str(error).lower() for words in _PEER_LOST)
+
+    first = [r for r, (s, e) in states.items() if s == "failed" and not lost(e)]
+    if not first:
+        return states
+    return {
+        r: ("released", e) if r not in first and s in ("failed", "cancelled") else (s, e)
+        for r, (s, e) in states.items()
+    }
 
 
 def _script_text() -> str:

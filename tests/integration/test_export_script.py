@@ -156,3 +156,71 @@ def test_exported_script_trains_to_the_notebooks_loss_under_torchrun(
     shell.run_line_magic("dist_runs", "")
     listed = capsys.readouterr().out
     assert stored["id"] in listed and run.run_id in listed, listed
+
+
+FAILING = """%%dist_train --name export-fails --no-dashboard
+import os
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+torch.manual_seed(0)
+model = DDP(nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(20):
+    # Only under torchrun (the notebook's run succeeds): rank 1 fails at step 5.
+    if rank == 1 and step == 5 and os.environ.get("TORCHELASTIC_RUN_ID"):
+        raise ValueError(f"bad batch at step {step}")
+    loss = nn.functional.cross_entropy(model(Xr[:64]), yr[:64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    report(step=step, loss=loss)
+"""
+
+
+def test_a_failing_rank_is_recorded_with_its_error(
+    shell: Any, cluster2: Any, tmp_path: Path, throwaway_store: str
+) -> None:
+    from dist_notebook.magics.history import history_of
+    from dist_notebook.store import StoreReader
+
+    history_of(shell).entries.clear()
+    _cell(shell, DATA, "data")
+    _cell(shell, FAILING, "train")
+    target = tmp_path / "fails.py"
+    shell.run_line_magic("dist_export", str(target))
+    t0 = time.perf_counter()
+    job = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(target),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, DIST_NOTEBOOK_STORE=throwaway_store),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    took = time.perf_counter() - t0
+    assert job.returncode != 0
+    reader = StoreReader(Path(throwaway_store))
+    try:
+        runs = [
+            r
+            for r in reader.runs()
+            if r["cluster_id"].startswith("batch-") and r["name"] == "export-fails"
+        ]
+        assert len(runs) == 1, runs
+        stored = reader.run(runs[0]["id"])
+        records = reader.records(runs[0]["id"])
+    finally:
+        reader.close()
+    assert stored is not None and stored["state"] == "failed", (stored, job.stderr[-3000:])
+    # The run's error is rank 1's own; rank 0, whose all-reduce lost its peer, is released.
+    assert stored["error"] == "rank 1: ValueError: bad batch at step 5", stored["error"]
+    states = {r["rank"]: r["state"] for r in stored["ranks"]}
+    assert states == {0: "released", 1: "failed"}, states
+    assert {r.step for r in records if r.rank == 1} == set(range(5))
+    print(f"\nfailing job: {took:.1f} s, ranks {states}, error {stored['error']!r}")
