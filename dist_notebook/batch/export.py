@@ -228,16 +228,28 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
         raise
 
 
+def _shown(path: Path) -> str:
+    """*path* as the user would type it: relative when under the working folder."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def summary(done: Exported) -> list[str]:
     """What the magic prints: the files, how to run them, and the notes."""
     p = done.plan
     dist = [x for x in [*p.before, *p.after] if x.kind == "dist"]
     cells = ", ".join(f"[{x.count}]" for x in dist if x.count is not None)
     names = ", ".join(done.pushed)
+    what = f"{len(dist)} %%dist cell{'' if len(dist) == 1 else 's'}"
+    if cells:
+        what += f" (In {cells})"
+    if done.pushed:
+        what += f", {len(done.pushed)} pushed value{'' if len(done.pushed) == 1 else 's'}"
+        what += f" ({names})"
     lines = [
-        f"wrote {done.script}: {len(dist)} %%dist cell(s){f' (In {cells})' if cells else ''},"
-        f" {len(done.pushed)} pushed value(s){f' ({names})' if names else ''}, then"
-        f" {p.train.label} as run {done.run_name}",
+        f"wrote {_shown(done.script)}: {what}, then {p.train.label} as run {done.run_name}",
         f"run it: torchrun --standalone --nproc-per-node {done.nproc} {done.script.name}",
     ]
     if done.sbatch is not None and done.batch is not None:
@@ -245,9 +257,11 @@ def summary(done: Exported) -> list[str]:
         shape = f"{b.nodes} node(s) x {b.procs_per_node} rank(s)"
         if b.gpus_per_node:
             shape += f", {b.gpus_per_node} GPU(s) per node"
-        lines.append(f"wrote {done.sbatch} ({shape}): sbatch {done.sbatch.name}")
+        lines.append(f"wrote {_shown(done.sbatch)} ({shape}): sbatch {done.sbatch.name}")
     if done.values is not None:
-        lines.append(f"wrote {done.values}: pushed values the script loads (keep it beside it)")
+        lines.append(
+            f"wrote {_shown(done.values)}: pushed values the script loads (keep it beside it)"
+        )
     lines += [f"note: {n}" for n in done.notes]
     return lines
 

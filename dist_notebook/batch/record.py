@@ -91,6 +91,7 @@ class BatchRun:
         self.collector: Any = None
         self.exports: Any = None
         self.ranks = list(range(job.world_size))
+        self.started = time.time()
 
     # --- rank 0: the store ----------------------------------------------------------
     def _open_store(self, infos: list[dict[str, Any]]) -> tuple[str, bytes]:
@@ -184,9 +185,10 @@ class BatchRun:
         for rank, (rank_state, rank_error) in states.items():
             record(self.writer, "set_run_rank", self.run_id, rank, rank_state, rank_error)
         record(self.writer, "set_run_state", self.run_id, state, error)
+        took = time.time() - self.started
         print(
-            f"run {self.name} ({self.run_id}) {state}; {self.collector.received} records"
-            f" in the run store (cluster {self.cluster_id})",
+            f"run {self.name} ({self.run_id}) {state} in {took:.1f} s;"
+            f" {self.collector.received} records in the run store (cluster {self.cluster_id})",
             flush=True,
         )
 
@@ -211,6 +213,7 @@ class BatchRun:
         if endpoint is None:
             raise RuntimeError("rank 0 could not start the run's recording: see its error")
         engine_training.begin_run(endpoint, key, self.run_id, self.checkpoints)
+        self.started = time.time()
         return self
 
     def __exit__(

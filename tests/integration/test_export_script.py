@@ -95,9 +95,10 @@ def test_exported_script_trains_to_the_notebooks_loss_under_torchrun(
     shell.run_line_magic("dist_export", f"{target} --sbatch")
     export_s = time.perf_counter() - t0
     out = capsys.readouterr().out
-    assert f"wrote {target}: 4 %%dist cell(s)" in out, out
+    assert "digits.py: 4 %%dist cells (In [" in out, out
     # lr is used only inside lr_at, which carries it: not written on its own
-    assert "1 pushed value(s) (lr_at)" in out and "run it: torchrun --standalone" in out, out
+    assert "1 pushed value (lr_at), then %%dist_train (In [" in out, out
+    assert "run it: torchrun --standalone --nproc-per-node 2 digits.py" in out, out
     text = target.read_text()
     assert "hidden = 32" in text and "hidden = 8" not in text
     assert text.index("only_on_zero") < text.index("hidden = 32") < text.index("with job.run(")
