@@ -344,8 +344,7 @@ class ClusterMagics(Magics):
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
             if (
                 isinstance(current, AttachedCluster)
-                and args.count
-                and current.id.startswith(args.count)
+                and (args.count is None or current.id.startswith(args.count))
             ):
                 current.refresh()
                 print(f"cluster {current.id} is attached to this kernel already")
