@@ -110,6 +110,7 @@ class Job:
                 raise RuntimeError(f"no pushed values were exported with this script ({name})")
             import pickle
 
+            _check_own(self._values_path)
             with open(self._values_path, "rb") as f:
                 self._values = pickle.load(f)  # the user's own file, written owner-only
         return self._values[name]
@@ -118,6 +119,18 @@ class Job:
         from .record import BatchRun
 
         return BatchRun(self, **options)
+
+
+def _check_own(path: Path) -> None:
+    """Unpickling runs code: only a file of this user's, that no one else can write."""
+    import stat
+
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise SystemExit(
+            f"{path} is a link, not yours, or writable by others: not loaded; export the"
+            " script again (%dist_export ... --force)"
+        )
 
 
 def setup(

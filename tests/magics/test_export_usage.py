@@ -165,3 +165,38 @@ def test_script_run_without_torchrun_says_how(trained: Any, tmp_path: Path) -> N
     assert "RANK is not set: run this script with torchrun, e.g. torchrun --standalone" in (
         done.stderr
     ), done.stderr
+
+
+def test_help_shows_every_flag_and_examples(shell: Any, capsys: Any) -> None:
+    info = shell.object_inspect("%dist_export")
+    doc = info["docstring"]
+    for flag in ("--sbatch", "--nodes", "--gpus-per-node", "--procs-per-node", "--partition"):
+        assert flag in doc, flag
+    for flag in ("--time", "--account", "--name", "--force", "--help"):
+        assert flag in doc, flag
+    assert "examples:" in doc and "%dist_export train.py --sbatch" in doc
+    shell.run_line_magic("dist_export", "--help")
+    assert "usage: %dist_export" in capsys.readouterr().out
+
+
+def test_a_values_file_others_can_write_is_not_loaded(trained: Any, tmp_path: Path) -> None:
+    trained.user_ns["shift"] = complex(1, 2)  # not a literal: pickled beside the script
+    _cell(trained, "%dist_push shift\n", "push")
+    _cell(
+        trained,
+        "%%dist_train --name usage --no-dashboard\nreport(step=0, loss=shift.real)\n",
+        "train",
+    )
+    target = tmp_path / "train.py"
+    trained.run_line_magic("dist_export", str(target))
+    values = tmp_path / "train.values.pkl"
+    assert "shift = job.pushed('shift')" in target.read_text()
+    values.chmod(0o666)
+    from dist_notebook.batch.runtime import Job
+
+    job = Job(0, 1, 0, 1, "cpu")
+    job._values_path = values
+    with pytest.raises(SystemExit, match="writable by others: not loaded"):
+        job.pushed("shift")
+    values.chmod(0o600)
+    assert job.pushed("shift") == complex(1, 2)
