@@ -13,11 +13,12 @@ import json
 import logging
 import signal
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
 from ..export.stored import exports_of
-from ..protocol import ClusterState, RunState
+from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, RunRankState, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
@@ -100,7 +101,7 @@ class RunStoreManager:
                 return []
             if reader.orphaned():
                 self._settle_orphans()
-            return [_public_cluster(c) for c in reader.clusters()]
+            return [_public_cluster(c, _busy_ranks(reader, c)) for c in reader.clusters()]
 
     def _settle_orphans(self) -> None:
         """Write down what reads already show: clusters of dead kernels, and their
@@ -115,7 +116,11 @@ class RunStoreManager:
             log.warning("cannot mark orphaned clusters in the run store: %s", e)
 
     def cluster(self, cluster_id: str) -> dict[str, Any]:
-        return _public_cluster(self._cluster_row(cluster_id))
+        with self._reader() as reader:
+            found = reader.cluster(cluster_id) if reader is not None else None
+            if found is None or reader is None:
+                raise UnknownIdError(f"no cluster with id {cluster_id!r}")
+            return _public_cluster(found, _busy_ranks(reader, found))
 
     def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
         if state is not None and state not in RUN_STATES:
@@ -328,9 +333,30 @@ def _launcher_config() -> Any:
     return Config({"LocalProcessLauncher": {"poll_seconds": 1}})
 
 
-def _public_cluster(row: dict[str, Any]) -> dict[str, Any]:
+# A rank's part in a run still going that keeps it busy (a rank done or freed early is idle).
+_BUSY_IN_RUN = (RunRankState.PENDING.value, RunRankState.RUNNING.value)
+
+
+def _busy_ranks(reader: StoreReader, row: dict[str, Any]) -> set[int]:
+    """The ranks of a live cluster that a run still going holds (pending or running in
+    it). The store keeps each engine's own state, which says idle while the engine runs a
+    cell; ``%dist_cluster status`` shows such a rank as busy, and so does the API."""
+    if row["state"] not in LIVE_CLUSTER_STATES:
+        return set()
+    busy: set[int] = set()
+    for run in reader.runs(cluster_id=row["id"]):
+        if run["state"] in ACTIVE_RUN_STATES:
+            detail = reader.run(run["id"]) or {"ranks": []}
+            busy |= {r["rank"] for r in detail["ranks"] if r["state"] in _BUSY_IN_RUN}
+    return busy
+
+
+def _public_cluster(row: dict[str, Any], busy: AbstractSet[int] = frozenset()) -> dict[str, Any]:
     out = {k: row.get(k) for k in _CLUSTER_FIELDS}
-    out["ranks"] = row.get("ranks", [])
+    out["ranks"] = [
+        {**r, "state": "busy"} if r["rank"] in busy and r.get("state") == "idle" else r
+        for r in row.get("ranks", [])
+    ]
     return out
 
 

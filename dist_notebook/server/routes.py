@@ -1,6 +1,9 @@
 """The URL table of the REST API, under ``{base_url}/dist-notebook/api/``.
 
-GET  clusters                      clusters, newest first, each with its ranks
+GET  clusters                      clusters, newest first, each with its ranks; a rank
+                                   that a run still going holds (pending or running in
+                                   it) is "busy", as %dist_cluster status shows it (the
+                                   store keeps the engine's own "idle")
 GET  clusters/<id>                 one cluster
 POST clusters/<id>/interrupt       the owning kernel's interrupt (its run cancelled); with
                                    the kernel gone, SIGINT to every engine

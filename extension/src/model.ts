@@ -118,18 +118,25 @@ abstract class PollingModel implements IDisposable {
 }
 
 /**
- * What the side panel shows: all clusters, the run history, and the series of the
- * current run (the newest running run, else the newest run).
+ * What the side panel shows: all clusters, the run history, the series of the current
+ * run (the newest running run, else the newest run), and the measures of that run and
+ * of every run still going (one per busy cluster).
  */
 export class DistModel extends PollingModel {
   private _clusters: IClusterModel[] = [];
   private _runs: IRunModel[] = [];
   private _series: RunSeries | null = null;
-  private _summary: IRunSummary | null = null;
+  private _summaries = new Map<string, IRunSummary>();
   private _snapshot = '';
+  private _loaded = false;
 
   constructor(options: DistModel.IOptions) {
     super(options.interval, 'dist-notebook:panel');
+  }
+
+  /** Whether the server answered once: before that, the panel knows nothing. */
+  get loaded(): boolean {
+    return this._loaded;
   }
 
   get clusters(): readonly IClusterModel[] {
@@ -154,6 +161,16 @@ export class DistModel extends PollingModel {
     return this._runs.find(isActive) ?? this._runs[0] ?? null;
   }
 
+  /** The run still going on *clusterId*, if any (newest first). */
+  activeRunOf(clusterId: string): IRunModel | null {
+    return this._runs.find(r => r.cluster_id === clusterId && isActive(r)) ?? null;
+  }
+
+  /** The newest run of *clusterId* that ended, if any. */
+  lastRunOf(clusterId: string): IRunModel | null {
+    return this._runs.find(r => r.cluster_id === clusterId && !isActive(r)) ?? null;
+  }
+
   /** The per-rank series of the current run. */
   get series(): RunSeries | null {
     return this._series;
@@ -161,7 +178,13 @@ export class DistModel extends PollingModel {
 
   /** The current run's measures as the server computes them (never recomputed here). */
   get summary(): IRunSummary | null {
-    return this._summary;
+    const run = this.currentRun;
+    return run === null ? null : this.summaryOf(run.id);
+  }
+
+  /** The server's measures of *runId*: the current run and runs still going only. */
+  summaryOf(runId: string): IRunSummary | null {
+    return this._summaries.get(runId) ?? null;
   }
 
   protected async update(): Promise<boolean> {
@@ -169,28 +192,55 @@ export class DistModel extends PollingModel {
     this._clusters = clusters;
     this._runs = runs;
     const snapshot = JSON.stringify([clusters, runs]);
-    let changed = snapshot !== this._snapshot;
+    const changed = snapshot !== this._snapshot || !this._loaded;
     this._snapshot = snapshot;
+    this._loaded = true;
+    const wanted = this._summaryRuns();
+    for (const id of [...this._summaries.keys()]) {
+      if (!wanted.includes(id)) {
+        this._summaries.delete(id);
+      }
+    }
+    if (changed) {
+      // Drawn now: what exists shows at once, the curve's records follow (a long run's
+      // history is pages of metrics; the clusters must not wait for them).
+      this.emit();
+    }
 
     const current = this.currentRun;
     if (current === null) {
-      changed = changed || this._series !== null;
+      const dropped = this._series !== null;
       this._series = null;
-      this._summary = null;
-      return changed;
+      return dropped;
     }
+    let fresh = false;
     if (this._series?.runId !== current.id) {
       this._series = new RunSeries(current.id);
-      this._summary = null;
-      changed = true;
+      fresh = true;
     }
-    const [grew, summary] = await Promise.all([
+    const [grew, summaries] = await Promise.all([
       pullMetrics(this._series),
-      fetchSummary(current.id)
+      Promise.all(wanted.map(id => fetchSummary(id)))
     ]);
-    const summaryChanged = JSON.stringify(summary) !== JSON.stringify(this._summary);
-    this._summary = summary;
-    return grew || summaryChanged || changed;
+    let summaryChanged = false;
+    summaries.forEach((summary, i) => {
+      const old = this._summaries.get(wanted[i]);
+      if (JSON.stringify(summary) !== JSON.stringify(old)) {
+        this._summaries.set(wanted[i], summary);
+        summaryChanged = true;
+      }
+    });
+    return grew || summaryChanged || fresh;
+  }
+
+  /** The runs whose measures the panel draws: the current run and every run going. */
+  private _summaryRuns(): string[] {
+    const ids = this._runs.filter(isActive).map(r => r.id);
+    const current = this.currentRun;
+    if (current !== null && !ids.includes(current.id)) {
+      ids.push(current.id);
+    }
+    return ids;
   }
 }
 

@@ -1,6 +1,7 @@
 /**
  * Two or more runs in one tab: each run's curve (the mean over its ranks, step by step)
- * in the shared chart component, one colour and one legend entry per run.
+ * in the shared chart component, one colour and one legend entry per run, and no curve
+ * across runs.
  */
 import { Widget } from '@lumino/widgets';
 
@@ -35,6 +36,11 @@ export class OverlayView extends Widget {
     this.addClass('dn-overlay');
     this.node.dataset.runIds = runs.map(r => r.id).join(',');
     this.chart.seriesName = key => this.runs[key]?.name ?? `run ${key}`;
+    // One curve per run; a mean across runs (of different settings, lengths, even
+    // metrics) means nothing, and there are no per-rank measures to show under it.
+    this.chart.seriesNoun = 'run';
+    this.chart.showMean = false;
+    this.chart.setSummary(null);
     const names = h('div', 'dn-runview-summary', runs.map(r => r.name).join(' · '));
     this.node.append(names, this._status, this.chart.node);
     void this.load();

@@ -11,7 +11,7 @@ import { Widget } from '@lumino/widgets';
 import { CommandIDs } from './commands';
 import { ChartView } from './chart/view';
 import { h, setText, syncChildren } from './dom';
-import { DistModel } from './model';
+import { DistModel, isActive } from './model';
 import { nodeKey, nodeLabels } from './nodes';
 import type { IRankSummary, IRunSummary } from './protocol';
 import { formatBytes, formatNumber } from './series';
@@ -27,12 +27,10 @@ export class DistPanel extends Widget {
   private readonly _commands: CommandRegistry;
   private readonly _error = h('div', 'dn-error');
   private readonly _clusters = h('div', 'dn-clusters');
-  private readonly _noClusters = h(
-    'div',
-    'dn-empty',
-    'No cluster yet. In a notebook: %load_ext dist_notebook, then %dist_cluster start.'
-  );
+  /** Until the server's first answer: "Loading…", never "No cluster yet" (it may not be). */
+  private readonly _noClusters = h('div', 'dn-empty', 'Loading…');
   private readonly _runTitle = h('div', 'dn-current-run-title');
+  private readonly _currentTitle = h('h3', 'dn-section-title', 'Current run');
   /** The current run's chart: the same component as the cell's live view and run tab. */
   private readonly _chart = new ChartView();
   private _chartRun = '';
@@ -62,11 +60,7 @@ export class DistPanel extends Widget {
     );
     header.append(h('h2', 'dn-title', 'Distributed training'), refresh);
 
-    this._current.append(
-      h('h3', 'dn-section-title', 'Current run'),
-      this._runTitle,
-      this._chart.node
-    );
+    this._current.append(this._currentTitle, this._runTitle, this._chart.node);
     const clusters = h('section', 'dn-clusters-section');
     clusters.append(
       h('h3', 'dn-section-title', 'Clusters'),
@@ -100,43 +94,38 @@ export class DistPanel extends Widget {
     setText(this._error, model.error ? `Cannot reach the server: ${model.error}` : '');
     this._error.hidden = !model.error;
 
+    this.node.dataset.loaded = String(model.loaded);
     const run = model.currentRun;
-    // The measures are the server's (dist_notebook/protocol.py): drawn, never recomputed.
-    const summary = model.summary;
-    const stats = summary?.ranks ?? [];
-    const slow = new Set(stats.filter(s => s.straggler).map(s => s.rank));
-    this._renderClusters(run, stats, slow);
-    this._renderCurrent(run, summary);
+    this._renderClusters();
+    this._renderCurrent(run, run === null ? null : model.summaryOf(run.id));
+    // Before the first answer the lists would say "0 runs": nothing is shown instead.
+    this._runs.node.hidden = !model.loaded;
     this._runs.render(model.runs, run);
     this._renderHistory();
-    if (this.firstRender === null && (model.clusters.length || model.runs.length)) {
+    if (this.firstRender === null && model.loaded) {
       this.firstRender = performance.now();
       this.node.dataset.firstRenderMs = String(Math.round(this.firstRender));
     }
   }
 
-  private _renderClusters(
-    run: IRunModel | null,
-    stats: IRankSummary[],
-    slow: Set<number>
-  ): void {
-    const clusters = this.model.liveClusters;
-    this._noClusters.hidden = clusters.length > 0;
+  private _renderClusters(): void {
+    const model = this.model;
+    const clusters = model.liveClusters;
+    this._noClusters.hidden = clusters.length > 0 || (!model.loaded && !!model.error);
     setText(
       this._noClusters,
-      this.model.clusters.length
-        ? 'No live cluster: %dist_cluster start in a notebook. Stopped ones are in the history below.'
-        : 'No cluster yet. In a notebook: %load_ext dist_notebook, then %dist_cluster start.'
+      !model.loaded
+        ? 'Loading…'
+        : model.clusters.length
+          ? 'No live cluster: %dist_cluster start in a notebook. Stopped ones are in the history below.'
+          : 'No cluster yet. In a notebook: %load_ext dist_notebook, then %dist_cluster start.'
     );
     syncChildren(
       this._clusters,
       clusters,
       c => c.id,
       c => this._createCluster(c),
-      (node, c) => {
-        const own = run !== null && run.cluster_id === c.id;
-        this._updateCluster(node, c, own ? stats : [], own ? slow : new Set());
-      }
+      (node, c) => this._updateCluster(node, c)
     );
   }
 
@@ -166,12 +155,16 @@ export class DistPanel extends Widget {
     );
     const buttons = h('span', 'dn-cluster-buttons');
     buttons.append(interrupt, stop);
+    const busy = h('span', 'dn-cluster-busy', 'busy');
+    busy.title = 'A run holds the ranks';
     header.append(
       h('span', 'dn-cluster-id', cluster.id),
       h('span', 'dn-cluster-state'),
+      busy,
       h('span', 'dn-cluster-backend'),
       buttons
     );
+    const activity = h('div', 'dn-cluster-activity');
     const table = h('table', 'dn-ranks');
     const head = h('thead', '');
     const row = h('tr', '');
@@ -180,29 +173,39 @@ export class DistPanel extends Widget {
       ['rank', ''],
       ['node', 'the node (host) the ranks below run on'],
       ['device', ''],
-      ['step', 'last step reported'],
-      ['samples/s', 'samples per second over the last steps'],
+      ['step', "steps this rank has done in the run going (as in the run's heading)"],
+      ['samples/s', 'samples per second over the last steps of the run going'],
       ['GPU', 'GPU memory in use']
     ];
+    const classes: { [title: string]: string } = {
+      node: 'dn-rank-node',
+      step: 'dn-rank-step',
+      'samples/s': 'dn-rank-sps',
+      GPU: 'dn-rank-gpu'
+    };
     for (const [title, tip] of titles) {
-      const cls = { node: 'dn-rank-node', GPU: 'dn-rank-gpu' }[title] ?? '';
+      const cls = classes[title] ?? '';
       const th = h('th', cls, title);
       th.title = tip;
       row.append(th);
     }
     head.append(row);
     table.append(head, h('tbody', 'dn-ranks-body'));
-    node.append(header, table);
+    node.append(header, activity, table);
     return node;
   }
 
-  private _updateCluster(
-    node: HTMLElement,
-    cluster: IClusterModel,
-    stats: IRankSummary[],
-    slow: Set<number>
-  ): void {
+  private _updateCluster(node: HTMLElement, cluster: IClusterModel): void {
+    // The figures of a run still going on this cluster; an idle cluster shows none (its
+    // last run is named as such, with when it ended).
+    const run = this.model.activeRunOf(cluster.id);
+    const summary = run === null ? null : this.model.summaryOf(run.id);
+    const stats = summary?.ranks ?? [];
+    const slow = new Set(stats.filter(s => s.straggler).map(s => s.rank));
     node.dataset.state = cluster.state;
+    node.dataset.busy = String(run !== null);
+    node.querySelector<HTMLElement>('.dn-cluster-busy')!.hidden = run === null;
+    this._renderActivity(node.querySelector('.dn-cluster-activity')!, cluster, run);
     const state = node.querySelector('.dn-cluster-state')!;
     setText(state, cluster.state);
     state.setAttribute('data-state', cluster.state);
@@ -225,6 +228,7 @@ export class DistPanel extends Widget {
     const oneNode = new Set(cluster.ranks.map(nodeKey)).size <= 1;
     const ranksTable = node.querySelector('.dn-ranks')!;
     ranksTable.classList.toggle('dn-one-node', oneNode);
+    ranksTable.classList.toggle('dn-idle', run === null);
     // CPU ranks have no GPU figures: the column is hidden, not a row of dashes.
     const gpus = cluster.ranks.some(r => (r.device ?? '').startsWith('cuda'));
     ranksTable.classList.toggle('dn-no-gpu', !gpus);
@@ -244,17 +248,53 @@ export class DistPanel extends Widget {
     );
   }
 
+  /** What the cluster does: the run going with its progress, else its last run. */
+  private _renderActivity(
+    line: HTMLElement,
+    cluster: IClusterModel,
+    active: IRunModel | null
+  ): void {
+    const run = active ?? this.model.lastRunOf(cluster.id);
+    line.dataset.runId = run?.id ?? '';
+    line.dataset.kind = active ? 'active' : run ? 'last' : 'none';
+    if (run === null) {
+      setText(line, 'idle · no run yet');
+      return;
+    }
+    const summary = this.model.summaryOf(run.id);
+    const progress = stepText(run, summary);
+    if (active) {
+      setText(
+        line,
+        `run ${run.name} · ${run.state}${progress ? ` · ${progress}` : ''}`
+      );
+      return;
+    }
+    const when = run.ended ? ` at ${formatWhen(run.ended)}` : '';
+    setText(
+      line,
+      `idle · last run ${run.name}: ${run.state}${when}${progress ? ` · ${progress}` : ''}`
+    );
+  }
+
   private _renderCurrent(run: IRunModel | null, summary: IRunSummary | null): void {
     this._current.hidden = run === null;
     if (run === null) {
       return;
     }
     this._current.dataset.runId = run.id;
-    const steps = summary?.steps_done ?? 0;
-    const progress = run.steps ? ` · step ${steps}/${run.steps}` : '';
-    setText(this._runTitle, `${run.name} · ${run.state}${progress}`);
+    // A run that ended is the last run, not a current one (its rates are not now's).
+    setText(this._currentTitle, isActive(run) ? 'Current run' : 'Last run');
+    // The same words as the cluster card's: one summary, one step.
+    const progress = stepText(run, summary);
+    setText(
+      this._runTitle,
+      `${run.name} · ${run.state}${progress ? ` · ${progress}` : ''}`
+    );
     this._runTitle.dataset.state = run.state;
-    const series = this.model.series;
+    this._runTitle.dataset.steps = String(summary?.steps_done ?? '');
+    // A new current run may show before its series is made: never feed another run's.
+    const series = this.model.series?.runId === run.id ? this.model.series : null;
     if (series === null || this._chartRun !== run.id) {
       this._chart.clear();
       this._chartRun = run.id;
@@ -296,6 +336,18 @@ export class DistPanel extends Widget {
   }
 }
 
+/**
+ * "step 198/3000": the steps every rank has done (the slowest rank's, from the server's
+ * summary), of the steps asked for; '' before the summary is in.
+ */
+export function stepText(run: IRunModel, summary: IRunSummary | null): string {
+  if (summary === null || summary.run_id !== run.id) {
+    return '';
+  }
+  const done = summary.steps_done ?? 0;
+  return run.steps ? `step ${done}/${run.steps}` : `step ${done}`;
+}
+
 function createRank(rank: IRankModel): HTMLTableRowElement {
   const row = h('tr', 'dn-rank');
   row.dataset.rank = String(rank.rank);
@@ -330,9 +382,11 @@ function updateRank(
     rank.pid ? `, pid ${rank.pid}` : ''
   }${straggler ? ' (straggler: the most compute time; the others wait for it)' : ''}`;
   setText(row.querySelector('.dn-rank-device')!, rank.device ?? '');
+  // Steps done, as the run's heading counts them (a rank that reported step 197 of
+  // steps numbered from 0 has done 198).
   setText(
     row.querySelector('.dn-rank-step')!,
-    stats?.last_step === null || !stats ? '–' : String(stats.last_step)
+    stats?.steps_done == null ? '–' : String(stats.steps_done)
   );
   setText(
     row.querySelector('.dn-rank-sps')!,

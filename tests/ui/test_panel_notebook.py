@@ -81,7 +81,13 @@ def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[
     expect(last_prompt).to_contain_text("[3]", timeout=120_000)
     assert cell_errors(page) == []
     expect(panel.locator(".dn-current-run path.dn-chart-line")).to_have_count(3)  # + mean
-    expect(cluster.locator('.dn-rank[data-rank="0"] .dn-rank-step')).to_have_text("39")
+    # idle again: no step or rate of a run that ended, its last run named as such
+    expect(cluster.locator('.dn-rank[data-rank="0"] .dn-rank-step')).to_be_hidden()
+    expect(cluster.locator(".dn-cluster-activity")).to_contain_text(
+        "last run ui-test: succeeded", timeout=30_000
+    )
+    expect(cluster.locator(".dn-cluster-activity")).to_contain_text("step 40/40")
+    expect(panel.locator(".dn-current-run-title")).to_contain_text("step 40/40")
     shot(page, "notebook-done")
 
     # Stop, confirmed: the cluster stops and is folded into the history

@@ -77,6 +77,8 @@ export class BarsView {
     this._hostTitle.hidden = !showHosts;
     this._hosts.hidden = !showHosts;
     this._fill(this._hosts, showHosts ? hosts : [], max);
+    // No measures (none yet, or an overlay of runs): no header over nothing.
+    this.node.hidden = ranks.length === 0 && !showHosts;
   }
 
   private _fill(parent: HTMLElement, rows: IBarRow[], max: number): void {

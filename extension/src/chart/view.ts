@@ -57,6 +57,10 @@ export class ChartView {
   zoom: IRange | null = null;
   /** The name of a series in the legend and the hover: a rank, or (overlay) a run. */
   seriesName: (key: number) => string = key => `rank ${key}`;
+  /** What one series is ('rank', or 'run' in an overlay), for the chart's label. */
+  seriesNoun = 'rank';
+  /** Whether to draw the mean of the series: over ranks yes; over runs it means nothing. */
+  showMean = true;
   /** Called after each draw (for measurements); never needed to use the chart. */
   onDraw: ((info: IDrawInfo) => void) | null = null;
   draws = 0;
@@ -210,7 +214,7 @@ export class ChartView {
         add(rank, points);
       }
     }
-    if (curves.size > 1) {
+    if (this.showMean && curves.size > 1) {
       add(MEAN, this.data.mean(this.metric));
     }
     return curves;
@@ -256,7 +260,10 @@ export class ChartView {
       }
     );
     this._drawLegend(keys, stragglers);
-    this._svg.setAttribute('aria-label', `${this._label(this.metric)} per rank`);
+    this._svg.setAttribute(
+      'aria-label',
+      `${this._label(this.metric)} per ${this.seriesNoun}`
+    );
     return count;
   }
 
