@@ -49,6 +49,8 @@ def run_script(path: str, argv: list[str]) -> int:
             status = _exit_status(e)
         except BaseException as e:
             traceback.print_exc()
+            # As IPython keeps a failed cell's: %dist_debug then opens the script's frames.
+            sys.last_type, sys.last_value, sys.last_traceback = type(e), e, e.__traceback__
             if _wants_cuda(e):
                 print(NO_GPU_HINT, file=sys.stderr)
         finally:

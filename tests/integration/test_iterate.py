@@ -171,6 +171,21 @@ def test_dist_debug_after_a_kernel_error_asks_for_a_rank(kernel: Kernel) -> None
     assert "UsageError: %dist_debug: the last error was not a rank's; name the rank" in text
 
 
+def test_dist_debug_after_a_failed_dist_run_opens_the_scripts_frames(kernel: Kernel) -> None:
+    script = kernel.tmp / "broken_script.py"  # type: ignore[attr-defined]
+    script.write_text("def main():\n    depth = 3\n    return depth / 0\n\n\nmain()\n")
+    text, errors = kernel.run(f"%dist_run {script}")
+    assert "ZeroDivisionError" in text + str(errors), (text, errors)
+    text, errors = kernel.run("%dist_debug 0", ["p depth", "l", "q"])
+    assert not errors, (text, errors)
+    assert "\n3\n" in text and "return depth / 0" in text, text
+    assert "pdb on rank 0 ended" in text, text
+    assert "[0, 1]" in kernel.ok(
+        "%%dist\nimport torch.distributed as dist\nout = [None, None]\n"
+        "dist.all_gather_object(out, rank)\nprint(out)"
+    )
+
+
 # --- 3: Tab and Shift-Tab from the ranks ------------------------------------------------------
 
 RANK_SIDE = '''%%dist
