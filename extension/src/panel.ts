@@ -293,6 +293,8 @@ export class DistPanel extends Widget {
     );
     this._runTitle.dataset.state = run.state;
     this._runTitle.dataset.steps = String(summary?.steps_done ?? '');
+    this._runTitle.title =
+      'step: the steps every rank has done (the slowest rank’s); each rank’s own count is in its row';
     // A new current run may show before its series is made: never feed another run's.
     const series = this.model.series?.runId === run.id ? this.model.series : null;
     if (series === null || this._chartRun !== run.id) {
