@@ -7,6 +7,7 @@ which differs once an engine has been replaced.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -157,6 +158,42 @@ def apply_on_ranks(
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout)
 
 
+class PromptClock:
+    """Time a rank spent stopped at a pdb prompt in the notebook (``breakpoint()``): a
+    cell's ``--timeout`` does not count it, and the collective watch does not look while
+    a prompt is open (the stopped rank is in no collective, its peers may wait in one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._since = 0.0
+        self._total = 0.0
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._open == 0:
+                self._since = time.monotonic()
+            self._open += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._open = max(0, self._open - 1)
+            if self._open == 0:
+                self._total += time.monotonic() - self._since
+
+    def open(self) -> bool:
+        return self._open > 0
+
+    def total(self) -> float:
+        """Seconds at a prompt so far, the one open now included."""
+        with self._lock:
+            ongoing = time.monotonic() - self._since if self._open else 0.0
+            return self._total + ongoing
+
+
+PROMPTS = PromptClock()
+
+
 def follow(
     cluster: Any,
     ar: Any,
@@ -176,6 +213,7 @@ def follow(
 
     streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
     deadline = None if timeout is None else time.monotonic() + timeout
+    at_prompt = PROMPTS.total()  # the time at a pdb prompt from here on extends the deadline
     release = Release(cluster, ar, targets)
     watch = Watch(cluster, ar, targets, active=cell)
     died_at: float | None = None
@@ -186,7 +224,8 @@ def follow(
             if failure is not None:  # the controller died: no reply will ever come
                 raise ClusterError(failure)
             release.check()
-            watch.check()
+            if not PROMPTS.open():
+                watch.check()
             dead = release.dead()
             if dead:
                 died_at = died_at or time.monotonic()
@@ -197,7 +236,8 @@ def follow(
                     _forward(ar, streams)
                     cluster.mark_dead(dead)
                     raise _died(cluster, ar, streams, dead)
-            if deadline is not None and time.monotonic() > deadline:
+            held = PROMPTS.total() - at_prompt
+            if deadline is not None and time.monotonic() - held > deadline:
                 _interrupt(cluster, ar, ranks, release, streams)
                 if release.released:  # the group was torn down to free a blocked rank
                     regroup(cluster)

@@ -1,4 +1,4 @@
-"""``breakpoint()`` in a cell on the ranks stops rank 0 in pdb, in the notebook.
+"""``breakpoint()`` in a cell on the ranks stops rank 0 (or ``--debug-ranks``) in pdb.
 
 Before a cell that runs on the ranks and calls ``breakpoint()``, the ranks get a
 breakpoint hook (``engine/breakpoints.py``): rank 0's pdb sends its output and prompt to a
@@ -19,9 +19,12 @@ import sys
 import threading
 from typing import Any
 
+from IPython.core.error import UsageError
+
 from ..cluster import ClusterState
-from ..cluster.execute import apply_on_ranks, view_of
+from ..cluster.execute import PROMPTS, apply_on_ranks, view_of
 from ..engine import breakpoints as rank_breakpoints
+from .args import parse_words, parser_of, split_words
 from .complete import rank_of_cell
 from .session import Session
 
@@ -37,7 +40,8 @@ class BreakpointRelay:
         self.auto = auto
         self._socket: Any = None
         self._endpoint = ""
-        self._installed: tuple[int, ...] = ()
+        self._installed: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+        self._debug: list[int] = list(DEBUG_RANKS)  # the ranks of the running cell
         # The running cell's (ident, parent header, whether its front end takes input, the
         # event set when it ends). Each cell has its own event: a prompt of an interrupted
         # cell stops waiting even when the next cell has begun.
@@ -56,10 +60,12 @@ class BreakpointRelay:
             return
         if not self._endpoint:
             self._start(cluster.spec.ip)
-        engines = tuple(cluster.engine_ids())
-        if engines != self._installed:
-            apply_on_ranks(cluster, rank_breakpoints.install, self._endpoint, DEBUG_RANKS)
-            self._installed = engines
+        debug_ranks = self._debug_ranks(cell, cluster.n)
+        installed = (tuple(cluster.engine_ids()), tuple(debug_ranks))
+        if installed != self._installed:
+            apply_on_ranks(cluster, rank_breakpoints.install, self._endpoint, debug_ranks)
+            self._installed = installed
+        self._debug = debug_ranks
         ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
         over = threading.Event()
         self._cell = (ident, kernel.get_parent("shell"), bool(kernel._allow_stdin), over)
@@ -73,8 +79,24 @@ class BreakpointRelay:
             cluster = self.session.cluster
             if cluster is not None and cluster.state == ClusterState.READY and cluster.client:
                 # Not waited for: it runs once the rank is free (never holds the kernel).
-                view = view_of(cluster.client, cluster.engine_ids(DEBUG_RANKS))
+                ranks = [r for r in self._debug if r < cluster.n]
+                view = view_of(cluster.client, cluster.engine_ids(ranks))
                 view.apply_async(rank_breakpoints.end)
+
+    def _debug_ranks(self, cell: str, n: int) -> list[int]:
+        """The ranks of the cell's ``%%dist --debug-ranks LIST`` (default: rank 0); a
+        wrong list is the magic's to refuse, with its message."""
+        first = cell.lstrip().split("\n", 1)[0]
+        if not first.startswith("%%dist ") or "--debug-ranks" not in first:
+            return list(DEBUG_RANKS)
+        try:
+            args = parse_words(
+                parser_of(self.shell.find_cell_magic("dist")), split_words(first[7:])
+            )
+        except (UsageError, ValueError):
+            return list(DEBUG_RANKS)
+        ranks = [r for r in (args.debug_ranks or DEBUG_RANKS) if 0 <= r < n]
+        return ranks or list(DEBUG_RANKS)
 
     def _start(self, ip: str) -> None:
         import zmq
@@ -124,13 +146,17 @@ class BreakpointRelay:
         ident, parent, _, over = cell
         content = {"prompt": prompt, "password": False}
         kernel.session.send(kernel.stdin_socket, "input_request", content, parent, ident=ident)
-        while not over.is_set():
-            if kernel.stdin_socket.poll(int(_POLL_S * 1000)):
-                _, reply = kernel.session.recv(kernel.stdin_socket)
-                if reply is not None and reply.get("msg_type") == "input_reply":
-                    value = str(reply["content"].get("value", ""))
-                    return "q" if value == "\x04" else value
-        return "c"
+        PROMPTS.begin()  # the cell's --timeout and the collective watch wait meanwhile
+        try:
+            while not over.is_set():
+                if kernel.stdin_socket.poll(int(_POLL_S * 1000)):
+                    _, reply = kernel.session.recv(kernel.stdin_socket)
+                    if reply is not None and reply.get("msg_type") == "input_reply":
+                        value = str(reply["content"].get("value", ""))
+                        return "q" if value == "\x04" else value
+            return "c"
+        finally:
+            PROMPTS.end()
 
 
 _by_shell: dict[int, BreakpointRelay] = {}

@@ -70,6 +70,12 @@ class ExecMagics(Magics):
         metavar="S",
         help="interrupt the ranks after this many seconds (default: none, no limit)",
     )
+    @argument(
+        "--debug-ranks",
+        type=int_list,
+        metavar="LIST",
+        help="ranks whose breakpoint() stops in pdb in the notebook (default: 0)",
+    )
     @help_text(DIST_EXAMPLES)
     @cell_magic
     def dist(self, line: str, cell: str) -> None:
@@ -80,6 +86,7 @@ class ExecMagics(Magics):
             return
         cluster = self.session.ready_cluster()
         ranks = check_ranks(args.ranks, cluster.n)
+        check_ranks(args.debug_ranks, cluster.n)  # (the breakpoint relay read them already)
         fold = not args.no_fold
         sink: FoldingPrinter | LabelledPrinter | None = None
         if not args.no_stream:

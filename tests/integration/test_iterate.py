@@ -434,3 +434,41 @@ def test_an_interrupt_at_the_breakpoint_prompt_ends_the_cell(kernel: Kernel) -> 
     # The kernel's stdin and rank 0 are free again: the next prompt is answered as usual.
     text, errors = kernel.run(STOPPING, ["c"])
     assert not errors and "[rank 0] f 0 2" in text, (text, errors)
+
+
+def test_debug_ranks_names_the_rank_that_stops(kernel: Kernel) -> None:
+    cell = STOPPING.replace("%%dist\n", "%%dist --debug-ranks 1\n")
+    text, errors = kernel.run(cell, ["p b", "c"])
+    assert not errors, (text, errors)
+    assert kernel.prompts == ["(Pdb rank 1) "] * 2, kernel.prompts  # rank 0's is a no-op now
+    assert "\n2\n" in text, text  # p b on rank 1
+    assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
+    text, _ = kernel.run("%%dist --debug-ranks 7\nprint(rank)")
+    assert "UsageError: unknown rank 7" in text, text
+
+
+def test_time_at_the_prompt_does_not_count_in_the_cells_timeout(kernel: Kernel) -> None:
+    """A cell with --timeout 3 whose rank 0 waits 5 s at the prompt: not interrupted."""
+    texts: list[str] = []
+    errors: list[dict[str, Any]] = []
+
+    def output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            texts.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            errors.append(msg["content"])
+
+    def slow_user(msg: dict[str, Any]) -> None:
+        time.sleep(5)  # the user reads the code before answering
+        kernel.kc.input("c")
+
+    kernel.kc.execute_interactive(
+        STOPPING.replace("%%dist\n", "%%dist --timeout 3\n"),
+        timeout=REPLY_TIMEOUT_S,
+        output_hook=output,
+        stdin_hook=slow_user,
+        allow_stdin=True,
+    )
+    text = "".join(texts)
+    assert not errors, (text, errors)
+    assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
