@@ -23,6 +23,7 @@ from ..metrics import RunMetrics
 from ..protocol import Record
 from ..store.recorder import record
 from . import runtime
+from .control import owner_pid, watch
 
 
 class _Unkept(RunMetrics):
@@ -88,6 +89,7 @@ class BatchRun:
         self.mlflow = mlflow
         self.cluster_id, self.run_id = runtime.new_ids()
         self.writer: Any = None
+        self.watching: Any = None  # the panel's Stop, on one host (control.py)
         self.collector: Any = None
         self.exports: Any = None
         self.ranks = list(range(job.world_size))
@@ -110,7 +112,8 @@ class BatchRun:
             self.cluster_id,
             n=self.job.world_size,
             backend=self.job.backend,
-            kernel_pid=0,  # no kernel owns it (a pid on another node would mislead)
+            # rank 0 on one host (control.py says why and when), else no owner
+            kernel_pid=owner_pid(self.job.local_world, self.job.world_size),
             profile_dir="",
             ipp_cluster_id="",
         )
@@ -131,6 +134,8 @@ class BatchRun:
         record(w, "add_event", FLAGS_EVENT, json.dumps(flags), run_id=self.run_id)
         record(w, "add_event", "command", _command(), run_id=self.run_id)
         atexit.register(self._cluster_ended)
+        if owner_pid(self.job.local_world, self.job.world_size) and self.writer is not None:
+            self.watching = watch(self.cluster_id, str(self.writer.path))
         info = RunInfo(
             run_id=self.run_id,
             name=self.name,
@@ -158,6 +163,8 @@ class BatchRun:
         return self.collector.endpoint, key
 
     def _cluster_ended(self) -> None:
+        if self.watching is not None:
+            self.watching.set()
         for rank in self.ranks:
             record(self.writer, "set_rank_state", self.cluster_id, rank, "stopped")
         record(self.writer, "set_cluster_state", self.cluster_id, "stopping")

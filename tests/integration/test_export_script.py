@@ -225,3 +225,137 @@ def test_a_failing_rank_is_recorded_with_its_error(
     assert states == {0: "released", 1: "failed"}, states
     assert {r.step for r in records if r.rank == 1} == set(range(5))
     print(f"\nfailing job: {took:.1f} s, ranks {states}, error {stored['error']!r}")
+
+
+LONG = """%%dist_train --name export-long --no-dashboard
+import os
+import time
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = DDP(nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+# A long run under torchrun only (the notebook's is short).
+for step in range(3000 if os.environ.get("TORCHELASTIC_RUN_ID") else 3):
+    loss = nn.functional.cross_entropy(model(Xr[:64]), yr[:64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    report(step=step, loss=loss)
+    time.sleep(0.02)
+"""
+
+
+def _running_batch(store: str, name: str, timeout: float) -> dict[str, Any]:
+    """The batch run *name* once it is running (its cluster row with it)."""
+    from dist_notebook.store import StoreReader
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reader = StoreReader(Path(store))
+        try:
+            for r in reader.runs():
+                if r["name"] == name and r["cluster_id"].startswith("batch-"):
+                    if r["state"] == "running" and reader.records(r["id"]):
+                        return {**r, "cluster": reader.cluster(r["cluster_id"])}
+        finally:
+            reader.close()
+        time.sleep(0.3)
+    pytest.fail(f"the batch run {name} was not running within {timeout} s")
+
+
+def _start_long_job(shell: Any, tmp_path: Path, store: str) -> subprocess.Popen:
+    from dist_notebook.magics.history import history_of
+
+    history_of(shell).entries.clear()
+    _cell(shell, DATA, "data")
+    _cell(shell, LONG, "train")
+    target = tmp_path / "long.py"
+    shell.run_line_magic("dist_export", str(target))
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("torchrun")),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(target),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, DIST_NOTEBOOK_STORE=store),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _end(job: subprocess.Popen, timeout: float) -> str:
+    try:
+        out, _ = job.communicate(timeout=timeout)
+        return out
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, 9)
+            job.wait(10)
+
+
+def test_the_panels_stop_cancels_a_batch_run(
+    shell: Any, cluster2: Any, tmp_path: Path, throwaway_store: str
+) -> None:
+    from dist_notebook.store import StoreReader
+    from dist_notebook.store.control import ControlQueue
+
+    job = _start_long_job(shell, tmp_path, throwaway_store)
+    try:
+        run = _running_batch(throwaway_store, "export-long", timeout=180)
+        assert run["cluster"]["kernel_pid"] > 0  # one host: rank 0 owns it
+        # What the server does for the panel's Stop (server/manager.py _through_owner).
+        queue = ControlQueue(Path(throwaway_store))
+        t0 = time.monotonic()
+        try:
+            seq = queue.request(run["cluster_id"], "stop")
+            while queue.answer(seq)["done"] is None:
+                assert time.monotonic() - t0 < 10, "rank 0 did not take the stop"
+                time.sleep(0.1)
+        finally:
+            queue.close()
+        out = _end(job, timeout=90)
+        took = time.monotonic() - t0
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, 9)
+            job.wait(10)
+    reader = StoreReader(Path(throwaway_store))
+    try:
+        stored = reader.run(run["id"])
+        cluster = reader.cluster(run["cluster_id"])
+        records = len(reader.records(run["id"]))
+    finally:
+        reader.close()
+    print(f"\nstop to job end: {took:.1f} s; {records} records")
+    assert stored is not None and stored["state"] == "cancelled", (stored, out[-3000:])
+    assert cluster is not None and cluster["state"] == "stopped"
+    assert records < 2 * 3000
+
+
+def test_a_batch_job_killed_shows_its_run_orphaned(
+    shell: Any, cluster2: Any, tmp_path: Path, throwaway_store: str
+) -> None:
+    from dist_notebook.store import StoreReader
+
+    job = _start_long_job(shell, tmp_path, throwaway_store)
+    try:
+        run = _running_batch(throwaway_store, "export-long", timeout=180)
+        os.kill(run["cluster"]["kernel_pid"], 9)  # rank 0, as the OOM killer would
+        deadline = time.monotonic() + 30
+        state = "running"
+        while time.monotonic() < deadline and state != "orphaned":
+            reader = StoreReader(Path(throwaway_store))
+            try:
+                found = reader.run(run["id"])
+                state = found["state"] if found else "gone"
+            finally:
+                reader.close()
+            time.sleep(0.2)
+        assert state == "orphaned", state
+    finally:
+        _end(job, timeout=60)
