@@ -99,3 +99,13 @@ def test_no_measured_difference_clamped_at_zero(path: Path) -> None:
     for index, code in enumerate(_cells(path, "code")):
         clamped = CLAMPED_DIFFERENCE.search(code)
         assert not clamped, f"{path.name}: code cell {index} clamps {clamped.group(0)!r}"
+
+
+def test_readme_lists_every_notebook() -> None:
+    """The README's table names every notebook, in order, and only notebooks that exist
+    (notebooks 12 and 13 were added without a row once)."""
+    readme = (NOTEBOOKS_DIR / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| \d+ \| `(\d\d_[a-z0-9_]+\.ipynb)` \|", readme, flags=re.M)
+    assert listed == [p.name for p in NOTEBOOKS], (
+        f"notebooks/README.md lists {listed}, the folder holds {[p.name for p in NOTEBOOKS]}"
+    )
