@@ -102,8 +102,8 @@ def test_no_measured_difference_clamped_at_zero(path: Path) -> None:
 
 
 def test_readme_lists_every_notebook() -> None:
-    """The README's table names every notebook, in order, and only notebooks that exist
-    (notebooks 12 and 13 were added without a row once)."""
+    """The README's table names every notebook, in order, and only notebooks that exist: a
+    notebook added without its row (what it teaches, its exercises, its run time) fails."""
     readme = (NOTEBOOKS_DIR / "README.md").read_text(encoding="utf-8")
     listed = re.findall(r"^\| \d+ \| `(\d\d_[a-z0-9_]+\.ipynb)` \|", readme, flags=re.M)
     assert listed == [p.name for p in NOTEBOOKS], (
