@@ -130,6 +130,13 @@ class ClusterOwner:
     def close(self) -> None:
         self._closed.set()
 
+    def join(self, timeout: float) -> None:
+        """Wait (at most *timeout* s) for the watcher to end: the answer to a request it
+        acted on (a Stop from the panel) is written before its process exits."""
+        watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout)
+
     def _loop(self) -> None:
         try:
             queue = ControlQueue()

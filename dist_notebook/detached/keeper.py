@@ -285,6 +285,7 @@ def _say(out: Any, message: dict[str, Any]) -> None:
 def main() -> None:
     from ..cluster import forkserver
     from ..cluster.cluster import DistCluster, own_profile_dir
+    from ..store import StoreError
     from ..store.location import store_path
     from ..store.reader import DETACHED_EVENT
     from ..store.recorder import record
@@ -331,6 +332,16 @@ def main() -> None:
     finally:
         if cluster.state not in (ClusterState.STOPPED, ClusterState.NEW):
             cluster.owner.stop("the keeper ends")
+        # A Stop from the panel: its answer, and every write of the stop, in the store
+        # before this process (and the watcher's daemon thread with it) ends.
+        cluster.owner.close()
+        cluster.owner.join(timeout=5.0)
+        writer = cluster.writer()
+        if writer is not None:
+            try:
+                writer.close()
+            except StoreError as e:
+                log.warning("keeper: %s", e)
         forkserver.close()
         log.info("keeper %d ends", os.getpid())
 

@@ -41,7 +41,7 @@ METRICS_LIMIT_DEFAULT = 5000
 METRICS_LIMIT_MAX = 50000
 
 # Fields of the clusters table the API shows; profile_dir and ipp_cluster_id stay inside.
-_CLUSTER_FIELDS = ("id", "state", "backend", "n", "started", "stopped", "kernel_pid")
+_CLUSTER_FIELDS = ("id", "state", "backend", "n", "started", "stopped", "kernel_pid", "detached")
 
 
 class UnknownIdError(LookupError):

@@ -18,6 +18,17 @@ import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
 import type { IClusterModel, IRankModel, IRunModel } from './types';
 
+/** A span of seconds as the magics write it: 90 s, 30 min, 2 h. */
+export function formatDuration(seconds: number): string {
+  if (seconds < 90) {
+    return `${Math.round(seconds)} s`;
+  }
+  if (seconds < 5400) {
+    return `${Math.round(seconds / 60)} min`;
+  }
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
 export function formatTime(seconds: number | null): string {
   return seconds === null ? '' : new Date(seconds * 1000).toLocaleTimeString();
 }
@@ -157,10 +168,12 @@ export class DistPanel extends Widget {
     buttons.append(interrupt, stop);
     const busy = h('span', 'dn-cluster-busy', 'busy');
     busy.title = 'A run holds the ranks';
+    const detached = h('span', 'dn-cluster-detached', 'detached');
     header.append(
       h('span', 'dn-cluster-id', cluster.id),
       h('span', 'dn-cluster-state'),
       busy,
+      detached,
       h('span', 'dn-cluster-backend'),
       buttons
     );
@@ -205,6 +218,20 @@ export class DistPanel extends Widget {
     node.dataset.state = cluster.state;
     node.dataset.busy = String(run !== null);
     node.querySelector<HTMLElement>('.dn-cluster-busy')!.hidden = run === null;
+    const detached = node.querySelector<HTMLElement>('.dn-cluster-detached')!;
+    detached.hidden = !cluster.detached;
+    if (cluster.detached) {
+      const idle = cluster.detached.idle_timeout;
+      detached.textContent =
+        idle === null
+          ? 'detached'
+          : `detached · stops after ${formatDuration(idle)} unused`;
+      detached.title =
+        `Outlives its kernels (keeper pid ${cluster.detached.keeper}): ` +
+        '%dist_cluster attach ' +
+        cluster.id +
+        ' from any kernel; Stop ends it';
+    }
     this._renderActivity(node.querySelector('.dn-cluster-activity')!, cluster, run);
     const state = node.querySelector('.dn-cluster-state')!;
     setText(state, cluster.state);

@@ -38,7 +38,16 @@ export interface IClusterModel {
   started: number;
   stopped: number | null;
   kernel_pid: number | null;
+  /** A detached cluster's keeper (it outlives kernels): null for a kernel's own. */
+  detached?: IDetachedModel | null;
   ranks: IRankModel[];
+}
+
+/** What the store says of a detached cluster's keeper. */
+export interface IDetachedModel {
+  keeper: number;
+  /** Seconds unused before the keeper stops the cluster; null: never. */
+  idle_timeout: number | null;
 }
 
 /** A run as GET runs lists it. */
