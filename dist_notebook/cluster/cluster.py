@@ -57,6 +57,10 @@ log = logging.getLogger("dist_notebook")
 Progress = Callable[[str], None]
 
 
+# Seconds without a new engine in a start's wait before a fresh client looks again.
+RESYNC_S = 5.0
+
+
 class ClusterError(RuntimeError):
     """The cluster could not do what was asked; the message says why and what to do."""
 
@@ -410,13 +414,17 @@ class DistCluster(ClusterHealth):
         assert self.client is not None
         deadline = time.monotonic() + self.spec.start_timeout
         seen = -1
+        moved = time.monotonic()
         while True:
             new = [i for i in self.client.ids if i not in old]
             if len(new) != seen:
-                seen = len(new)
+                seen, moved = len(new), time.monotonic()
                 self.progress(f"engines registered: {seen}/{count}")
             if seen >= count:
                 return
+            if time.monotonic() - moved > RESYNC_S:
+                await self._resync_client(old)
+                moved = time.monotonic()
             self._check_engines_alive()
             if time.monotonic() > deadline:
                 raise ClusterError(
@@ -425,6 +433,21 @@ class DistCluster(ClusterHealth):
                     f"{self.profile_dir}/log"
                 )
             await asyncio.sleep(0.05)
+
+    async def _resync_client(self, old: set[int]) -> None:
+        """A client learns of engines from the controller's notifications, and of those
+        registered before it connected from its connection's reply; one that registers
+        in between (its notification sent before the client's subscription took) is
+        never seen: a start on a loaded machine waited out its timeout with 15 of 16.
+        A fresh client's reply lists every engine: it takes over when it sees more."""
+        assert self._ipp is not None and self.client is not None
+        fresh = await self._ipp.connect_client()
+        if len(set(fresh.ids) - old) > len(set(self.client.ids) - old):
+            log.info("cluster %s: a fresh client sees engines %s", self.id, fresh.ids)
+            stale, self.client = self.client, fresh
+            stale.close()
+        else:
+            fresh.close()
 
     def _check_engines_alive(self) -> None:
         """Fail fast, with the engine's own output, when an engine exits while starting."""
