@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import base64
 import html
+import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ from .live import LiveFeed, LiveRunWidget
 from .textlive import TextLive, progress_lines
 from .uipoll import CommRoute
 
+log = logging.getLogger("dist_notebook")
+
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
@@ -45,11 +49,13 @@ def kernel_id() -> str:
     """The id a Jupyter server knows this kernel by (its connection file is
     ``kernel-<id>.json``), or "" outside a kernel: a front end that opens a saved live
     view under another kernel knows at once that the view's model cannot be there."""
-    from ipykernel.kernelapp import IPKernelApp
-
-    if not IPKernelApp.initialized():
+    # Only where a kernel runs (it imported this module): importing ipykernel's app
+    # elsewhere would make its comm manager the process's (comm's global hooks), under
+    # the widgets of a plain IPython shell.
+    app = sys.modules.get("ipykernel.kernelapp")
+    if app is None or not app.IPKernelApp.initialized():
         return ""
-    stem = Path(IPKernelApp.instance().connection_file).stem
+    stem = Path(app.IPKernelApp.instance().connection_file).stem
     return stem.removeprefix("kernel-")
 
 
@@ -172,7 +178,12 @@ class Dashboard:
             self._handle.update(self.final_bundle, raw=True)
         if self.hellos == 0:
             # No front end ever made a model of it (a terminal, nbconvert): nothing to show.
-            self.widget.close()
+            try:
+                self.widget.close()
+            except KeyError as e:
+                # Its comm's manager is no longer the one that registered it (a kernel's
+                # took over the process's): the comm is gone already; the run's end stands.
+                log.debug("live view %s: comm already gone (%s)", self.run.id, e)
         if self.route is not None:
             self.route.close()
 
