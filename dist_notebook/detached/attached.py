@@ -296,11 +296,11 @@ class AttachedCluster(DistCluster):
     def stop_run(self, run_id: str) -> None:
         self.ask("stop_run", run_id=run_id)
 
-    def start_run(self, spec: Any, command: str) -> KeptRun:
+    def start_run(self, spec: Any) -> KeptRun:
         """Ask the keeper to run *spec* (a RunSpec); the run, to follow from the store."""
         from dataclasses import asdict
 
-        started = self.ask("run", spec=asdict(spec), command=command)
+        started = self.ask("run", spec=asdict(spec))
         run = KeptRun(self, started["id"], started["name"], started["ranks"])
         self.owner.run = run
         return run

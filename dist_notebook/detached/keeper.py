@@ -246,16 +246,13 @@ class Keeper:
         self._check_holder(kernel)
         return {str(rank): why for rank, why in self.cluster.dead_ranks().items()}
 
-    def op_run(self, kernel: int, spec: dict[str, Any], command: str = "") -> dict[str, Any]:
+    def op_run(self, kernel: int, spec: dict[str, Any]) -> dict[str, Any]:
         """Start a training run here, on a thread of ours: it goes on without the kernel."""
-        from ..store.recorder import record
         from ..training import RunSpec, TrainingRun
         from .sink import StoreOutputSink
 
         self._check_holder(kernel)
         run = TrainingRun(self.cluster, RunSpec(**spec), writer=self.cluster.writer())
-        if command:
-            record(self.cluster.writer(), "add_event", "command", command, run_id=run.id)
         sink = StoreOutputSink(self.cluster.writer(), run.id)
 
         def go() -> None:

@@ -71,12 +71,13 @@ def _text(value: Any) -> str:
 
 
 def flags_of(spec: Any) -> dict[str, Any]:
-    """A run spec's options (every dataclass field but the code), JSON-ready."""
+    """A run spec's options (every dataclass field but the code and the command as
+    typed), JSON-ready."""
     if not is_dataclass(spec):
         raise TypeError(f"flags_of() needs a dataclass, not {type(spec).__name__}")
     out = {}
     for f in fields(spec):
-        if f.name != "code":
+        if f.name not in ("code", "command"):
             value = getattr(spec, f.name)
             out[f.name] = list(value) if isinstance(value, tuple) else value
     return out

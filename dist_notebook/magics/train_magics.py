@@ -190,10 +190,11 @@ class TrainMagics(Magics):
             resume=args.resume,
             tensorboard=args.tensorboard,
             mlflow=args.mlflow,
+            command=flags.strip(),
         )
         if isinstance(cluster, AttachedCluster):
             # The keeper runs it, so that it goes on without this kernel; followed here.
-            run: Any = cluster.start_run(spec, flags.strip())
+            run: Any = cluster.start_run(spec)
         else:
             run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
@@ -205,9 +206,6 @@ class TrainMagics(Magics):
         self.last_run, self.last_dashboard = run, dashboard
         history_of(self.shell).ran_train(cluster, spec, run)  # for %dist_export
         self.session.run = run
-        if not isinstance(cluster, AttachedCluster):
-            # The run tab of the panel shows the flags the run was started with.
-            record(cluster.writer(), "add_event", "command", flags.strip(), run_id=run.id)
         if args.background:
             thread = threading.Thread(
                 target=self._execute,

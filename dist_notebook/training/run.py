@@ -44,6 +44,7 @@ class RunSpec:
     resume: bool = False
     tensorboard: str | None = None  # a directory: every rank's metrics as event files, live
     mlflow: bool = False  # log to MLflow (MLFLOW_TRACKING_URI, else ./mlruns)
+    command: str = ""  # the flags as the user typed them (the run's tab in the panel shows them)
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.steps < 1:
@@ -144,6 +145,8 @@ class TrainingRun:
         )
         # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
         record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
+        if spec.command:
+            record(self._writer, "add_event", "command", spec.command, run_id=self.id)
 
     def _track(self, futures: dict[int, Any]) -> None:
         self._futures = futures
