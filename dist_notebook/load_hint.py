@@ -26,6 +26,8 @@ MAGICS = {
     "dist_runs": "line",
     "dist_debug": "line",
     "dist_autoreload": "line",
+    "dist_sync": "line",
+    "dist_export": "line",
     "dist_auto": "line",
 }
 KINDS = {"line": ("line",), "cell": ("cell",), "line_cell": ("line", "cell")}

@@ -1,9 +1,10 @@
 # Debian packages for the multi-node tests (tests/multinode), which build real test
-# hosts as network namespaces: OpenSSH's server and client, Slurm with munge, Open MPI.
+# hosts as network namespaces: OpenSSH's server and client, Slurm with munge, Open MPI,
+# rsync (%dist_sync).
 # Installed when we are root and one is missing; otherwise those tests skip and say why.
 
-TESTHOST_PKGS := openssh-server openssh-client slurm-wlm munge openmpi-bin iproute2 util-linux
-TESTHOST_BINS := sshd ssh ssh-keygen slurmctld slurmd munged sbatch mpiexec orted ip nsenter unshare
+TESTHOST_PKGS := openssh-server openssh-client slurm-wlm munge openmpi-bin iproute2 util-linux rsync
+TESTHOST_BINS := sshd ssh ssh-keygen slurmctld slurmd munged sbatch mpiexec orted ip nsenter unshare rsync
 
 .PHONY: testhosts
 

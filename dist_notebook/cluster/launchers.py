@@ -269,7 +269,7 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
         return os.path.join(self.profile_dir, "log", name)
 
 
-def _ssh_config_args() -> list[str]:
+def ssh_config_args() -> list[str]:
     # An ssh client config for the engines' ssh and scp (default: ~/.ssh/config).
     path = os.environ.get(SSH_CONFIG_ENV)
     return ["-F", path] if path else []
@@ -280,11 +280,11 @@ class RankSSHEngineSetLauncher(SSHEngineSetLauncher):
 
     @default("ssh_args")
     def _ssh_args(self) -> list[str]:
-        return _ssh_config_args()
+        return ssh_config_args()
 
     @default("scp_args")
     def _scp_args(self) -> list[str]:
-        return _ssh_config_args()
+        return ssh_config_args()
 
     def signal(self, sig: int) -> None:
         # Every engine at once: one ssh round trip each, in parallel, not one by one.
@@ -446,7 +446,7 @@ def mpi_args(spec: Any, hosts_counts: Any = None) -> list[str]:
     if network:
         # mpiexec and its daemons talk over the cluster's network only.
         args += ["--mca", "oob_tcp_if_include", network]
-    ssh = _ssh_config_args()
+    ssh = ssh_config_args()
     if ssh:
         args += ["--mca", "plm_rsh_agent", " ".join(["ssh", *ssh])]
     if os.geteuid() == 0:

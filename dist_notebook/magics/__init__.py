@@ -60,6 +60,7 @@ def _register_completers(ipython: Any) -> None:
         "%dist_export": (ExportMagics.dist_export, ()),
         "%dist_debug": (DebugMagics.dist_debug, ()),
         "%dist_autoreload": (ReloadMagics.dist_autoreload, ("on", "off")),
+        "%dist_sync": (ReloadMagics.dist_sync, ()),
         "%dist_auto": (AutoMagics.dist_auto, ("on", "off")),
     }
     for command, (magic, subcommands) in magics.items():

@@ -1,7 +1,9 @@
-"""%dist_autoreload on|off: IPython's autoreload on every rank (the kernel's own untouched)."""
+"""%dist_autoreload on|off: IPython's autoreload on every rank (the kernel's own untouched);
+%dist_sync [DIR]: the edited code onto the remote hosts (cluster/sync.py)."""
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -10,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
 from ..cluster.execute import apply_on_ranks
+from ..cluster.sync import SyncError, sync
 from ..engine import reload
 from .args import HELP, help_text, parse
 from .session import Session
@@ -18,6 +21,12 @@ EXAMPLES = """
   %dist_autoreload on      edited modules are reloaded on every rank before each cell
   %dist_autoreload off     stop reloading
   %dist_autoreload         is it on, rank by rank
+"""
+
+
+SYNC_EXAMPLES = """
+  %dist_sync               this notebook's folder onto every remote host (ssh, mpi clusters)
+  %dist_sync src           the folder src, at the same path there
 """
 
 
@@ -64,3 +73,30 @@ class ReloadMagics(Magics):
         else:
             parts = [f"on for {_ranks(on)}" if on else "", f"off for {_ranks(off)}" if off else ""]
             print("autoreload " + ", ".join(p for p in parts if p))
+
+    @magic_arguments("%dist_sync")
+    @HELP
+    @argument(
+        "folder",
+        nargs="?",
+        help="the folder to copy to every remote host, at the same path (default: the"
+        " notebook's working directory)",
+    )
+    @help_text(SYNC_EXAMPLES)
+    @line_magic
+    def dist_sync(self, line: str) -> None:
+        """Copy a folder of this machine to every remote host of the cluster (ssh, mpi),
+        at the same path, through the launcher's ssh: rsync when both ends have it (only
+        what changed), else tar. With %dist_autoreload on, the next cell runs the new code."""
+        args = parse(self.dist_sync, line)
+        if args is None:
+            return
+        cluster = self.session.ready_cluster()
+        try:
+            done = sync(cluster, args.folder)
+        except (SyncError, OSError, subprocess.TimeoutExpired) as e:
+            raise UsageError(f"%dist_sync: {e}") from None
+        print(
+            f"synced {done.files} files ({done.size / 1024:.0f} kB) to {', '.join(done.hosts)}"
+            f" in {done.seconds:.1f} s ({done.tool})"
+        )

@@ -14,6 +14,7 @@ from dist_notebook.magics import (
     cluster_magics,
     debug_magics,
     exec_magics,
+    export_magics,
     reload_magics,
     runs_magics,
     train_magics,
@@ -29,6 +30,7 @@ def test_every_magic_has_a_stand_in() -> None:
         runs_magics,
         debug_magics,
         reload_magics,
+        export_magics,
         auto,
     ):
         for cls in vars(module).values():
