@@ -9,6 +9,7 @@ fraction of a second.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,7 +27,7 @@ from ..protocol import (
 )
 from . import deleting
 from .backlog import Statements
-from .queued import QueuedWriter, StoreError, fixed
+from .queued import QueuedWriter, Rows, StoreError, fixed
 
 # Cluster states with processes that a kernel still owns.
 LIVE_CLUSTER = ("new", "starting", "ready", "degraded", "restarting", "stopping")
@@ -35,6 +36,38 @@ ENDED_GRACE_S = 30.0
 _INSERT_RECORD = (
     "INSERT INTO metrics (run_id, rank, step, time, data, step_time, comm_time, samples, gpu)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_FACTS = (
+    "INSERT INTO metrics_ranks (run_id, rank, records, first_step, last_step, last_loss)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rank) DO UPDATE SET"
+    " records = records + excluded.records,"
+    " first_step = COALESCE(first_step, excluded.first_step),"
+    " last_step = COALESCE(excluded.last_step, last_step),"
+    " last_loss = COALESCE(excluded.last_loss, last_loss)"
+)
+
+
+def _json(values: Mapping[str, float]) -> str:
+    """*values* (a flat object of numbers) as valid JSON. The C encoder refuses
+    non-finite values at once, so only the rare record with a NaN or an infinity pays for
+    the conversion."""
+    if _encode is not None:
+        try:
+            return "".join(_encode(values, 0))
+        except ValueError:
+            pass
+    return json.dumps({k: json_value(v) for k, v in values.items()})
+
+
+# json.dumps builds its C encoder anew on every call (half its cost for a record's few
+# metrics); this one is built once. No cycle check: a record's values are flat numbers.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_encode = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
+    )
 )
 
 
@@ -253,25 +286,44 @@ class StoreWriter(QueuedWriter):
 
     def append_metrics(self, run_id: str, records: Iterable[Record]) -> None:
         """Append records in one transaction; user metrics as JSON (valid JSON: non-finite
-        values as "nan"/"inf"/"-inf"), the system's fields in their own columns."""
-        rows = [
-            (
-                run_id,
-                rec.rank,
-                rec.step,
-                rec.time,
-                json.dumps({k: json_value(v) for k, v in rec.metrics.items()}),
-                rec.step_time,
-                rec.comm_time,
-                rec.samples,
-                None if rec.gpu is None else json.dumps(rec.gpu),
+        values as "nan"/"inf"/"-inf"), the system's fields in their own columns. Each
+        rank's facts (count, first and last step, last finite loss) are updated in the
+        same transaction, so they always agree with the records stored."""
+        rows = Rows()
+        facts: dict[int, list[Any]] = {}
+        for rec in records:
+            rank, step, metrics = rec.rank, rec.step, rec.metrics
+            rows.append(
+                (
+                    run_id,
+                    rank,
+                    step,
+                    rec.time,
+                    _json(metrics),
+                    rec.step_time,
+                    rec.comm_time,
+                    rec.samples,
+                    None if rec.gpu is None else _json(rec.gpu),
+                )
             )
-            for rec in records
-        ]
+            fact = facts.get(rank)
+            if fact is None:
+                fact = facts[rank] = [run_id, rank, 0, None, None, None]
+            fact[2] += 1
+            if step is not None:
+                if fact[3] is None:
+                    fact[3] = step
+                fact[4] = step
+            loss = metrics.get("loss")
+            if loss is not None and -math.inf < loss < math.inf:
+                fact[5] = loss
         if not rows:
             return
-        stmts: Statements = [(_INSERT_RECORD, row) for row in rows]
-        size = sum(96 + len(row[4]) + len(row[8] or "") for row in rows)
+        size = 96 * len(rows) + sum(len(row[4]) + len(row[8] or "") for row in rows)
+        stmts: Statements = [
+            (_INSERT_RECORD, rows),
+            (_UPSERT_FACTS, Rows(tuple(f) for f in facts.values())),
+        ]
         self._submit(fixed(stmts), records=len(rows), size=size, run_id=run_id)
 
     # deleting ---------------------------------------------------------------

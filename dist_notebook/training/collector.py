@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -32,10 +33,59 @@ from ..store import StoreError, StoreWriter
 
 log = logging.getLogger("dist_notebook")
 FLUSH_EVERY = 0.2  # seconds between batched writes to the run store
+# Records taken from the socket before the loop looks at the clock again: under a flood
+# the store is still written every FLUSH_EVERY and what waits in memory stays bounded.
+DRAIN_RECORDS = 20_000
 MAX_MESSAGE_BYTES = 4 << 20
 RCVHWM = 16  # messages buffered per connection
 
 Sink = Callable[[list[protocol.Record]], None]
+
+
+_FLOAT_OR_NONE = frozenset((float, type(None)))
+_INT_OR_NONE = frozenset((int, type(None)))
+_FLOAT = frozenset((float,))
+
+
+def decode(msg: Any, run_id: str) -> tuple[int, list[protocol.Record], bool]:
+    """``protocol.decode_message``, faster for the rows ``report()`` sends.
+
+    A rank's rows hold floats (report() converts every value) and no GPU sample on CPU:
+    those become Records here with type checks only (about a third of the protocol's
+    general decoding, which converts every value). A message with any other row (ints,
+    "nan" strings, a GPU sample, a malformed row) is decoded, and judged, by the protocol.
+    """
+    if type(msg) is dict and msg.get("v") == protocol.PROTOCOL_VERSION and msg.get("run") == run_id:
+        rank, rows = msg.get("rank"), msg.get("records")
+        if type(rank) is int and type(rows) is list:
+            records = []
+            Record, floats, ints, only_floats = (
+                protocol.Record,
+                _FLOAT_OR_NONE,
+                _INT_OR_NONE,
+                _FLOAT,
+            )
+            for row in rows:
+                if type(row) is not list or len(row) != 7:
+                    break
+                step, time_, step_time, comm_time, samples, metrics, gpu = row
+                if (
+                    gpu is not None
+                    or type(time_) is not float
+                    or type(step) not in ints
+                    or type(step_time) not in floats
+                    or type(comm_time) not in floats
+                    or type(samples) not in floats
+                    or type(metrics) is not dict
+                    or not only_floats.issuperset(map(type, metrics.values()))
+                ):
+                    break
+                records.append(
+                    Record(rank, step, time_, step_time, comm_time, samples, metrics, None)
+                )
+            else:
+                return rank, records, bool(msg.get("end"))
+    return protocol.decode_message(msg, run_id)
 
 
 class Collector:
@@ -55,6 +105,7 @@ class Collector:
         self.sinks = list(sinks or [])
         self.rejected = 0
         self.received = 0
+        self.cpu = 0.0  # CPU seconds the collector's thread has used (decoding, storing)
         self.ended: set[int] = set()
         self.store_error: str | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -78,25 +129,33 @@ class Collector:
         last_flush = time.monotonic()
         while not self._stop.is_set():
             batch: list[protocol.Record] = []
+            ends: list[int] = []
             if poller.poll(50):
-                while True:
+                while len(batch) < DRAIN_RECORDS:
                     try:
                         frames = self._socket.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    batch.extend(self._verify(frames))
+                    batch.extend(self._verify(frames, ends))
             if batch:
                 self.received += len(batch)
                 self.metrics.add(batch)
                 self._pending.extend(batch)
                 self._feed_sinks(batch)
+            if ends:  # said once the rank's records are in: wait_for_ends sees them all
+                with self._ended_event:
+                    self.ended.update(ends)
+                    self._ended_event.notify_all()
             if time.monotonic() - last_flush >= FLUSH_EVERY:
                 self._flush()
                 last_flush = time.monotonic()
+            self.cpu = time.thread_time()
         self._flush()
+        self.cpu = time.thread_time()
 
-    def _verify(self, frames: list[bytes]) -> list[protocol.Record]:
-        """The records of one signed message; [] if forged or malformed."""
+    def _verify(self, frames: list[bytes], ends: list[int]) -> list[protocol.Record]:
+        """The records of one signed message; [] if forged or malformed. The rank of a
+        message marked as its last goes to *ends*."""
         if len(frames) != 2:
             self.rejected += 1
             return []
@@ -106,14 +165,12 @@ class Collector:
             self.rejected += 1
             return []
         try:
-            rank, records, end = protocol.decode_message(json.loads(payload), self.run_id)
+            rank, records, end = decode(json.loads(payload), self.run_id)
         except (ValueError, protocol.WireError):
             self.rejected += 1
             return []
         if end:
-            with self._ended_event:
-                self.ended.add(rank)
-                self._ended_event.notify_all()
+            ends.append(rank)
         return records
 
     def _feed_sinks(self, batch: list[protocol.Record]) -> None:
