@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -174,3 +177,12 @@ def second_user() -> Iterator[tuple[int, int]]:
         yield uid, gid
     finally:
         subprocess.run(["userdel", name], check=False, timeout=30)
+
+
+@pytest.fixture()
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may enter and write in, sticky, like /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="dn-shared-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,15 +64,6 @@ FORGE = textwrap.dedent(
         sock.close()
     """
 )
-
-
-@pytest.fixture()
-def shared_dir() -> Iterator[Path]:
-    """A directory every user may enter and write in, sticky, like /tmp."""
-    path = Path(tempfile.mkdtemp(prefix="dn-shared-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def as_user(

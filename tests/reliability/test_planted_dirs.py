@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,15 +52,6 @@ VICTIM = textwrap.dedent(
 @pytest.fixture(scope="module")
 def planter(second_user: tuple[int, int]) -> tuple[int, int]:
     return second_user
-
-
-@pytest.fixture()
-def shared_dir() -> Iterator[Path]:
-    """A directory every user may write in, sticky, like /tmp."""
-    path = Path(tempfile.mkdtemp(prefix="dn-shared-"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def plant(user: tuple[int, int], folder: Path) -> None:
