@@ -130,6 +130,8 @@ class TrainingRun:
         self.started = time.time()
         self._writer = writer
         self._cancelled = threading.Event()
+        self._send_lock = threading.Lock()  # a stop and the cell's sending, one at a time
+        self._cell_sent = False
         self._listeners: list[Callable[[], None]] = []
         self._futures: dict[int, Any] = {}
         _claim(self)
@@ -160,9 +162,17 @@ class TrainingRun:
         self._listeners.append(listener)
 
     def stop(self) -> None:
-        """Cancel the run: interrupt every rank (the cell then fails with KeyboardInterrupt)."""
-        self._cancelled.set()
-        self.cluster.interrupt(self.ranks)
+        """Cancel the run: interrupt every rank once its cell was sent (the cell then fails
+        with KeyboardInterrupt); before that the cell is never sent.
+
+        No signal goes while the run is being set up: a SIGINT that lands in an engine's
+        handling of the set-up call (outside any user code) can keep the engine from ever
+        replying, which left such a run pending for good under load."""
+        with self._send_lock:
+            self._cancelled.set()
+            sent = self._cell_sent
+        if sent:
+            self.cluster.interrupt(self.ranks)
 
     def run(self, sink: OutputSink | None = None) -> RunResult:
         """Run the cell on every rank; *sink* receives their output as it comes."""
@@ -192,8 +202,10 @@ class TrainingRun:
             )
             self._set_state(RunState.RUNNING, {r: "running" for r in self.ranks})
             try:
-                if self._cancelled.is_set():  # stopped before its cell was sent
-                    raise KeyboardInterrupt
+                with self._send_lock:
+                    if self._cancelled.is_set():  # stopped before its cell was sent
+                        raise KeyboardInterrupt
+                    self._cell_sent = True  # from here a stop interrupts the ranks
                 outputs = run_on_ranks(
                     self.cluster,
                     self.spec.code,
