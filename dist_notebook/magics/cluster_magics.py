@@ -342,9 +342,8 @@ class ClusterMagics(Magics):
 
         current = self.session.cluster
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
-            if (
-                isinstance(current, AttachedCluster)
-                and (args.count is None or current.id.startswith(args.count))
+            if isinstance(current, AttachedCluster) and (
+                args.count is None or current.id.startswith(args.count)
             ):
                 current.refresh()
                 print(f"cluster {current.id} is attached to this kernel already")
