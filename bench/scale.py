@@ -668,6 +668,7 @@ def write(res: dict[str, Any], command: str) -> None:
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     (common.RESULTS / "scale.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     text = [f"`{command}` ({res['machine']['date']}, load at the end {load()})", ""]
+    text += [f"- {part}: `{how}`" for part, how in res.get("commands", {}).items()] + [""]
     if any(k in res for k in ("start", "dispatch", "live")):
         text += [common.md_table(HEAD, dispatch_rows(res)), ""]
     text += ingest_lines(res)
@@ -683,6 +684,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", default=SIZES, help="cluster sizes, e.g. 2,8,16")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each measurement")
     parser.add_argument("--quick", action="store_true", help="a smoke run (also BENCH_QUICK=1)")
+    parser.add_argument(
+        "--merge", action="store_true", help="update these parts in scale.json, keep the others"
+    )
     parser.add_argument("--replot", action="store_true", help="redraw the PNG from scale.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     for flag in ("--endpoint", "--key", "--mode"):
@@ -704,11 +708,16 @@ def main(argv: list[str] | None = None) -> int:
         args.reps = 1
     args.sizes = [int(n) for n in args.ranks.split(",")]
     res: dict[str, Any] = {"ranks": args.sizes, "reps": args.reps}
+    done = common.RESULTS / "scale.json"
+    if args.merge and done.exists():  # keep the other parts of the last run
+        res = {k: v for k, v in json.loads(done.read_text()).items() if k != "machine"}
     parts = {"start": part_start, "dispatch": part_dispatch, "ingest": part_ingest}
     parts.update(summary=part_summary, live=part_live)
+    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
     for name in args.parts.split(","):
         res[name] = parts[name](args)
-    write(res, "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+        res.setdefault("commands", {})[name] = f"{command} ({common.machine()['date']})"
+    write(res, command)
     return 0
 
 

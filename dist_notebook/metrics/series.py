@@ -57,11 +57,20 @@ class RunMetrics:
 
     def add(self, records: list[Record]) -> None:
         with self._lock:
-            for rec in records:
-                log = self._logs.get(rec.rank)
+            logs = self._logs
+            for rec in records:  # _RankLog.add, inline: this runs for every record
+                log = logs.get(rec.rank)
                 if log is None:
-                    log = self._logs[rec.rank] = _RankLog()
-                log.add(rec)
+                    log = logs[rec.rank] = _RankLog()
+                log.records.append(rec)
+                step = rec.step
+                if step is not None:
+                    if log.first_step is None:
+                        log.first_step = step
+                    log.last_step = step
+                loss = rec.metrics.get("loss")
+                if loss is not None and -math.inf < loss < math.inf:
+                    log.last_loss = loss
             self.count += len(records)
         for listener in self._listeners:
             listener(records)

@@ -291,20 +291,14 @@ class StoreWriter(QueuedWriter):
         same transaction, so they always agree with the records stored."""
         rows = Rows()
         facts: dict[int, list[Any]] = {}
+        size = 0
         for rec in records:
             rank, step, metrics = rec.rank, rec.step, rec.metrics
+            data = _json(metrics)
+            gpu = None if rec.gpu is None else _json(rec.gpu)
+            size += 96 + len(data) + (len(gpu) if gpu else 0)
             rows.append(
-                (
-                    run_id,
-                    rank,
-                    step,
-                    rec.time,
-                    _json(metrics),
-                    rec.step_time,
-                    rec.comm_time,
-                    rec.samples,
-                    None if rec.gpu is None else _json(rec.gpu),
-                )
+                (run_id, rank, step, rec.time, data, rec.step_time, rec.comm_time, rec.samples, gpu)
             )
             fact = facts.get(rank)
             if fact is None:
@@ -319,7 +313,6 @@ class StoreWriter(QueuedWriter):
                 fact[5] = loss
         if not rows:
             return
-        size = 96 * len(rows) + sum(len(row[4]) + len(row[8] or "") for row in rows)
         stmts: Statements = [
             (_INSERT_RECORD, rows),
             (_UPSERT_FACTS, Rows(tuple(f) for f in facts.values())),

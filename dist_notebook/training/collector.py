@@ -59,12 +59,8 @@ def decode(msg: Any, run_id: str) -> tuple[int, list[protocol.Record], bool]:
         rank, rows = msg.get("rank"), msg.get("records")
         if type(rank) is int and type(rows) is list:
             records = []
-            Record, floats, ints, only_floats = (
-                protocol.Record,
-                _FLOAT_OR_NONE,
-                _INT_OR_NONE,
-                _FLOAT,
-            )
+            Record, floats, ints = protocol.Record, _FLOAT_OR_NONE, _INT_OR_NONE
+            only_floats = _FLOAT
             for row in rows:
                 if type(row) is not list or len(row) != 7:
                     break
