@@ -61,14 +61,18 @@ def _json(values: Mapping[str, float]) -> str:
 
 # json.dumps builds its C encoder anew on every call (half its cost for a record's few
 # metrics); this one is built once. No cycle check: a record's values are flat numbers.
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_encode = (
-    None
-    if _c_make_encoder is None
-    else _c_make_encoder(
-        None, None, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, False
-    )
-)
+def _make_encoder() -> Any:
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: json.dumps in _json
+        return None
+    try:
+        esc = json.encoder.encode_basestring_ascii
+        return make(None, None, esc, None, ": ", ", ", False, False, False)
+    except TypeError:  # another Python's signature: json.dumps in _json
+        return None
+
+
+_encode = _make_encoder()
 
 
 def orphan_reason(kernel_pid: int | None) -> str:
