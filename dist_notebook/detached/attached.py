@@ -223,13 +223,13 @@ class AttachedCluster(DistCluster):
 
     def _gone(self, why: str) -> None:
         self.failure = None
-        self.state = ClusterState.STOPPED
+        self.move(ClusterState.STOPPED)
         if self.client is not None:
             self.client.close()
             self.client = None
 
     def _apply(self, info: dict[str, Any]) -> None:
-        self.state = ClusterState(info["state"])
+        self.move(ClusterState(info["state"]))
         self.failure = info.get("failure")
         self.ranks = [RankInfo(**r) for r in info["ranks"]]
         self.master_addr = info.get("master_addr")
@@ -262,7 +262,9 @@ class AttachedCluster(DistCluster):
         return super().require_ready()
 
     def move(self, new: ClusterState) -> None:
-        """The keeper writes the state: here it is only mirrored."""
+        """The keeper moves the cluster (checked against the protocol's table and
+        recorded in the store there): here its state is only mirrored, as the keeper
+        reports it, and a stop this kernel asked for."""
         self.state = new
 
     async def start(self) -> DistCluster:
@@ -279,7 +281,7 @@ class AttachedCluster(DistCluster):
     async def stop(self) -> None:
         if self.state in (ClusterState.NEW, ClusterState.STOPPED):
             return
-        self.state = ClusterState.STOPPING
+        self.move(ClusterState.STOPPING)
         try:
             self.ask("stop", timeout=LONG_S)
         finally:
