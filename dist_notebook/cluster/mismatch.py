@@ -30,6 +30,9 @@ LOOK_EVERY = 0.5  # seconds between looks while some ranks have left
 BUSY_FIRST = 1.0  # seconds into a cell before the first look while every rank runs
 BUSY_EVERY = 1.0  # seconds between looks while every rank runs
 REPLY_WAIT = 3.0  # seconds a look may stay unanswered before it is given up
+# The last look reads the flight recorder (0.1-0.5 s a rank on a busy 2-core machine; over
+# 3 s under two CPU hogs in CI, when the finding lost its ops): it may take this long.
+FINAL_WAIT = 10.0
 FIX = (
     "every rank must call the same collectives in the same order (a collective under "
     "`if rank == ...` needs the same call on the other ranks)"
@@ -146,7 +149,7 @@ class Watch:
         self.severed = True
         detail = shots
         if final is not None:
-            end = time.monotonic() + REPLY_WAIT
+            end = time.monotonic() + FINAL_WAIT
             while time.monotonic() < end and not all(f.done() for f in final.futures.values()):
                 time.sleep(0.02)
             if all(f.done() for f in final.futures.values()):
