@@ -143,13 +143,18 @@ def recorded_ops(history: int) -> dict[str, dict[int, str]]:
         return {}
     trace = json.loads(dump(True, False))
     ops: dict[str, dict[int, str]] = {}
-    for raw in trace.get("entries", []):
+    for raw in trace.get("entries", []):  # oldest first
         if raw.get("is_p2p"):
             continue  # send/recv pair by peer, not in the group's order
         group = str((raw.get("process_group") or [""])[0])
         op = str(raw.get("profiling_name", "")).split(":")[-1]
-        ops.setdefault(group, {})[int(raw["collective_seq_id"])] = op
-    return {g: dict(sorted(by_seq.items())[-history:]) for g, by_seq in ops.items()}
+        seq = int(raw["collective_seq_id"])
+        by_seq = ops.setdefault(group, {})
+        by_seq.pop(seq, None)  # the latest entry of a number last: a re-made group counts
+        by_seq[seq] = op  # from 1 again under the same name, after its old numbers
+    # The last *history* recorded (not the highest numbers: those may be a group's that
+    # the cluster re-made since, whose entries the recorder still holds).
+    return {g: dict(list(by_seq.items())[-history:]) for g, by_seq in ops.items()}
 
 
 def sever_here(pair_ports: list[int]) -> int:

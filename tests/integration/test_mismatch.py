@@ -82,6 +82,18 @@ def test_a_rank_that_skips_an_all_reduce(
     check_skip(shell, capsys)
 
 
+def test_the_op_is_named_after_the_group_was_re_made(
+    shell: Any, cluster2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flight recorder keeps the entries of a group the cluster re-made, under the
+    same name and with higher numbers than the new group's: the op of the new group's
+    collective must still be found (CI named none, after a session of earlier tests)."""
+    many = "t = torch.ones(1)\nfor _ in range(12):\n    dist.all_reduce(t)"
+    assert shell.run_cell("%%dist\n" + many).error_in_exec is None
+    run_mismatch(shell, SKIP)  # the group is re-made: its numbers start again
+    check_skip(shell, capsys)
+
+
 def test_a_rank_that_calls_another_op(shell: Any, cluster2: Any) -> None:
     check_other_op(shell)
 
