@@ -111,13 +111,15 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
     command(page, "application:close-all")
     expect(page.locator(".jp-NotebookPanel")).to_have_count(0)
     command(page, "docmanager:open", {"path": MIDRUN})
-    panel = page.get_by_role("tabpanel", name=MIDRUN)
-    panel.wait_for(state="attached", timeout=60_000)
-    page.evaluate(  # in front, whatever else the restored layout brought back
+    # Its panel by the id JupyterLab gave it: the restored layout may bring the other
+    # notebook back in front of it (a hidden tab panel has no role to find it by).
+    handle = page.wait_for_function(
         """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
-             if (w.title.label === name) window.jupyterapp.shell.activateById(w.id); } }""",
-        MIDRUN,
+             if (w.title.label === name) return w.id; } return null; }""",
+        arg=MIDRUN,
+        timeout=60_000,
     )
+    panel = page.locator(f"[id='{handle.json_value()}']")
     expect(panel.locator(".jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
     # trusted: JupyterLab would pick the widget's renderer over the note by itself
     assert page.evaluate(
@@ -130,5 +132,10 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
     expect(note).to_contain_text("dist_notebook.load_run('noext')")
     expect(panel).not_to_contain_text("model not found")
     expect(panel).not_to_contain_text("Loading widget")
+    page.evaluate(  # in front for the picture, whatever the restored layout brought back
+        """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
+             if (w.title.label === name) window.jupyterapp.shell.activateById(w.id); } }""",
+        MIDRUN,
+    )
     note.scroll_into_view_if_needed()
     shot(page, "reload-midrun-file")
