@@ -132,10 +132,15 @@ def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  #
     expect(note).to_contain_text("dist_notebook.load_run('noext')")
     expect(panel).not_to_contain_text("model not found")
     expect(panel).not_to_contain_text("Loading widget")
-    page.evaluate(  # in front for the picture, whatever the restored layout brought back
-        """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
-             if (w.title.label === name) window.jupyterapp.shell.activateById(w.id); } }""",
-        MIDRUN,
-    )
+    for _attempt in range(5):  # in front for the picture, whatever the layout brings back
+        page.evaluate(
+            """(name) => { for (const w of window.jupyterapp.shell.widgets('main')) {
+                 if (w.title.label === name) window.jupyterapp.shell.activateById(w.id); } }""",
+            MIDRUN,
+        )
+        page.wait_for_timeout(500)
+        if note.is_visible():
+            break
+    expect(note).to_be_visible(timeout=10_000)
     note.scroll_into_view_if_needed()
     shot(page, "reload-midrun-file")
