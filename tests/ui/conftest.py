@@ -261,3 +261,17 @@ def open_panel(page):  # type: ignore[no-untyped-def]
         page.click(PANEL_TAB)
     panel.wait_for(state="visible")
     return panel
+
+
+def write_cells(path: Path, cells: list[str]) -> None:
+    """A notebook of *cells* (code) at *path*, for the Python 3 kernel."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    nbformat.write(nb, path)

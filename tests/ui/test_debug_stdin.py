@@ -4,11 +4,10 @@ after ``q`` and the cluster takes the next cell. Screenshot: test-artifacts/ui/d
 
 from __future__ import annotations
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import shot
+from .conftest import shot, write_cells
 from .test_live_anywidget import KERNEL_IDLE, cell, command
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,14 +37,7 @@ def answer(page, text: str) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_dist_debug_is_answered_through_the_notebooks_input_box(lab, page) -> None:  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
     page.goto(lab.lab_url(f"lab/tree/{NOTEBOOK}"))
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
     expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)

@@ -21,11 +21,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, PANEL_TAB, shot
+from .conftest import ARTIFACTS, PANEL_TAB, shot, write_cells
 
 expect.set_options(timeout=20_000)
 
@@ -135,14 +134,7 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     lab_without_extension, page
 ):
     lab = lab_without_extension
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
     page.add_init_script(WATCH)
     open_notebook(page, lab)
     # the labextension is off: no side panel, and nothing of ours registered a widget
@@ -265,14 +257,7 @@ def test_a_page_reloaded_while_a_plain_cell_trains_shows_the_end(  # type: ignor
     # the main shell), never "Loading widget..." for good nor "model not found".
     lab = lab_without_extension
     cells = [*CELLS[:2], BLOCKING]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, cells)
     open_notebook(page, lab)
     page.wait_for_function(KERNEL_IDLE, timeout=60_000)
     with cpu_hogs():

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, shot
+from .conftest import ARTIFACTS, shot, write_cells
 
 expect.set_options(timeout=20_000)
 
@@ -34,14 +33,7 @@ KERNEL_IDLE = (
 
 @pytest.mark.timeout(600)
 def test_notebook7_draws_the_live_chart_and_ends_with_the_picture(notebook7, page):  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, notebook7.root / NOTEBOOK)
+    write_cells(notebook7.root / NOTEBOOK, CELLS)
     page.goto(notebook7.lab_url(f"notebooks/{NOTEBOOK}"))
     cells = page.locator(".jp-NotebookPanel .jp-Cell")
     expect(cells).to_have_count(len(CELLS), timeout=60_000)

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, open_lab, shot
+from .conftest import ARTIFACTS, open_lab, shot, write_cells
 from .test_live_anywidget import (
     CELLS,
     KERNEL_IDLE,
@@ -42,14 +41,7 @@ MIDRUN = "saved-mid-run.ipynb"
 def test_a_reload_mid_run_gets_the_chart_back_and_saves_the_end_as_a_picture(  # type: ignore[no-untyped-def]
     lab, page
 ):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
     open_lab(page, lab)  # the labextension is there: its side panel's tab
     open_notebook(page, lab)
     page.wait_for_function(KERNEL_IDLE, timeout=60_000)

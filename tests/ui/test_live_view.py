@@ -13,11 +13,10 @@ import json
 import re
 import time
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, open_lab, shot
+from .conftest import ARTIFACTS, open_lab, shot, write_cells
 
 # A shared 2-core machine: a first JupyterLab load and a cluster start take a while.
 expect.set_options(timeout=20_000)
@@ -69,14 +68,7 @@ def cell(page, index: int):  # type: ignore[no-untyped-def]
 
 
 def write_notebook(lab) -> None:  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
 
 
 def open_notebook(page, lab) -> None:  # type: ignore[no-untyped-def]

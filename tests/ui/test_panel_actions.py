@@ -16,14 +16,13 @@ import subprocess
 import sys
 import time
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreWriter
 
-from .conftest import ARTIFACTS, PANEL_TAB, shot
+from .conftest import ARTIFACTS, PANEL_TAB, shot, write_cells
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -87,14 +86,7 @@ def fill_history(store) -> None:  # type: ignore[no-untyped-def]
 
 
 def write_notebook(lab) -> None:  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
 
 
 def act(page, cluster, button: str) -> None:  # type: ignore[no-untyped-def]

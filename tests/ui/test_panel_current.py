@@ -22,11 +22,10 @@ import statistics
 import time
 import urllib.request
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import ARTIFACTS, PANEL_TAB, open_panel, shot
+from .conftest import ARTIFACTS, PANEL_TAB, open_panel, shot, write_cells
 from .test_panel_store import set_theme
 
 pytestmark = pytest.mark.timeout(900)
@@ -98,14 +97,7 @@ CONTROLS = """root => [...document.querySelectorAll(root + ' select, ' + root + 
 
 
 def write_notebook(lab) -> None:  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
 
 
 def rgb(css: str) -> tuple[float, float, float]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import importlib.util
 import re
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import open_lab, open_panel, shot
+from .conftest import open_lab, open_panel, shot, write_cells
 
 NOTEBOOK = "ui-test.ipynb"
 TRAIN = """%%dist_train --name ui-test --steps 40
@@ -33,14 +32,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def write_notebook(lab) -> None:  # type: ignore[no-untyped-def]
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nbformat.write(nb, lab.root / NOTEBOOK)
+    write_cells(lab.root / NOTEBOOK, CELLS)
 
 
 def cell_errors(page) -> list[str]:  # type: ignore[no-untyped-def]
