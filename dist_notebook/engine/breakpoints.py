@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import bdb
 import io
+from datetime import timedelta
 import os
 import pdb
 import sys
 from typing import IO, Any, cast
 
 _config: dict[str, Any] = {"endpoint": "", "ranks": ()}
+HELD_TIMEOUT_S = 24 * 3600.0  # the default group's timeout while a breakpoint() cell runs
 
 # Frames pdb steps over: the rank's kernel running the cell. IPython runs each top-level
 # statement of a cell as its own code object; with these skipped, ``n`` on the last line
@@ -30,6 +32,29 @@ def install(endpoint: str, ranks: list[int]) -> bool:
     """Route this rank's ``breakpoint()`` to the kernel at *endpoint* (pdb on *ranks*)."""
     _config.update(endpoint=endpoint, ranks=tuple(ranks))
     sys.breakpointhook = _hook
+    return True
+
+
+def hold_group() -> bool:
+    """Before a ``breakpoint()`` cell: its collectives wait as long as a prompt stays open.
+    False where this rank has no process group."""
+    return _set_group_timeout(HELD_TIMEOUT_S)
+
+
+def release_group(timeout_s: float) -> bool:
+    """After the cell: the group's own timeout (the cluster's ``--timeout``) again."""
+    return _set_group_timeout(timeout_s)
+
+
+def _set_group_timeout(seconds: float) -> bool:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    # torch's private setter (torch >= 2.3): applies to the collectives started after it.
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    _set_pg_timeout(timedelta(seconds=seconds))
     return True
 
 

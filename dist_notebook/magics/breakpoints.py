@@ -21,6 +21,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
+from .. import privates
 from ..cluster import ClusterState
 from ..cluster.execute import PROMPTS, apply_on_ranks, view_of
 from ..engine import breakpoints as rank_breakpoints
@@ -47,6 +48,7 @@ class BreakpointRelay:
         # cell stops waiting even when the next cell has begun.
         self._cell: tuple[Any, Any, bool, threading.Event] | None = None
         self._stopped = False  # a rank's pdb spoke during the running cell
+        self._held = False  # the ranks' group timeout is lifted for the running cell
 
     # --- the kernel's main thread --------------------------------------------------------
 
@@ -65,23 +67,30 @@ class BreakpointRelay:
         if installed != self._installed:
             apply_on_ranks(cluster, rank_breakpoints.install, self._endpoint, debug_ranks)
             self._installed = installed
+        # Peers may wait in a collective for a rank at the prompt: no torch timeout then.
+        apply_on_ranks(cluster, rank_breakpoints.hold_group)
+        self._held = True
         self._debug = debug_ranks
-        ident = kernel._get_shell_context_var(kernel._shell_parent_ident)
+        ident = privates.shell_parent_ident(kernel)
         over = threading.Event()
-        self._cell = (ident, kernel.get_parent("shell"), bool(kernel._allow_stdin), over)
+        self._cell = (ident, kernel.get_parent("shell"), privates.allow_stdin(kernel), over)
 
     def after_cell(self, result: Any = None) -> None:
         cell, self._cell = self._cell, None
         if cell is not None:
             cell[3].set()
-        if self._stopped:  # a rank stopped in this cell: leave no tracing on it
-            self._stopped = False
-            cluster = self.session.cluster
-            if cluster is not None and cluster.state == ClusterState.READY and cluster.client:
-                # Not waited for: it runs once the rank is free (never holds the kernel).
-                ranks = [r for r in self._debug if r < cluster.n]
-                view = view_of(cluster.client, cluster.engine_ids(ranks))
-                view.apply_async(rank_breakpoints.end)
+        held, stopped, self._held, self._stopped = self._held, self._stopped, False, False
+        cluster = self.session.cluster
+        if cluster is None or cluster.state != ClusterState.READY or not cluster.client:
+            return
+        # Neither is waited for: each runs on a rank once the cell there ends.
+        if held:  # the group's own timeout again
+            view_of(cluster.client, cluster.engine_ids()).apply_async(
+                rank_breakpoints.release_group, cluster.spec.timeout
+            )
+        if stopped:  # a rank stopped in this cell: leave no tracing on it
+            ranks = [r for r in self._debug if r < cluster.n]
+            view_of(cluster.client, cluster.engine_ids(ranks)).apply_async(rank_breakpoints.end)
 
     def _debug_ranks(self, cell: str, n: int) -> list[int]:
         """The ranks of the cell's ``%%dist --debug-ranks LIST`` (default: rank 0); a

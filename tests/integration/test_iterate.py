@@ -480,3 +480,49 @@ def test_time_at_the_prompt_does_not_count_in_the_cells_timeout(kernel: Kernel) 
     text = "".join(texts)
     assert not errors, (text, errors)
     assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
+
+
+GROUP_TIMEOUT = """%%dist
+import torch, torch.distributed as dist
+print('group timeout', dist.group.WORLD._get_backend(torch.device('cpu')).options._timeout)
+"""
+
+
+def test_peers_waiting_in_a_collective_for_the_prompt_meet_no_group_timeout(
+    kernel: Kernel,
+) -> None:
+    """Rank 1 waits in an all_reduce while rank 0 sits at the prompt for twice the group's
+    timeout (3 s here): the collective completes once the user continues."""
+    kernel.ok(
+        "%%dist\nfrom datetime import timedelta\n"
+        "from torch.distributed.distributed_c10d import _set_pg_timeout\n"
+        "_set_pg_timeout(timedelta(seconds=3))"
+    )
+    assert "[ranks 0,1] group timeout 0:00:03" in kernel.ok(GROUP_TIMEOUT)
+
+    def slow_user(msg: dict[str, Any]) -> None:
+        time.sleep(6)  # twice the group's timeout
+        kernel.kc.input("c")
+
+    texts: list[str] = []
+    errors: list[dict[str, Any]] = []
+
+    def output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            texts.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            errors.append(msg["content"])
+
+    kernel.kc.execute_interactive(
+        "%%dist\nt = torch.ones(1)\nif rank == 0:\n    breakpoint()\n"
+        "dist.all_reduce(t)\nprint('sum', t.item())",
+        timeout=REPLY_TIMEOUT_S,
+        output_hook=output,
+        stdin_hook=slow_user,
+        allow_stdin=True,
+    )
+    text = _ANSI.sub("", "".join(texts))
+    assert not errors, (text, errors)
+    assert "[ranks 0,1] sum 2.0" in text, text
+    # After the cell the group has the cluster's own timeout (--timeout, 30 s) again.
+    assert "[ranks 0,1] group timeout 0:00:30" in kernel.ok(GROUP_TIMEOUT)
