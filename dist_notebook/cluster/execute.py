@@ -15,6 +15,7 @@ from typing import Any
 
 from ipyparallel.error import RemoteError
 
+from .. import privates
 from .cluster import ClusterError
 from .recovery import Release, regroup
 
@@ -134,7 +135,10 @@ def run_on_ranks(
     ar = view_of(client, targets).execute(code, silent=False, block=False)
     if on_submit is not None:
         on_submit(
-            {cluster.rank_of(eid): child for eid, child in zip(targets, ar._children, strict=True)}
+            {
+                cluster.rank_of(eid): child
+                for eid, child in zip(targets, privates.children(ar), strict=True)
+            }
         )
     return follow(cluster, ar, targets, ranks, sink=sink, timeout=timeout, cell=True)
 
@@ -307,7 +311,9 @@ def _interrupt(
     # waits for it: interrupt the ranks still running again, for a bounded time.
     end = time.monotonic() + 10
     while not ar.wait(0.5) and time.monotonic() < end:
-        running = [s.rank for c, s in zip(ar._children, streams, strict=True) if not c.done()]
+        running = [
+            s.rank for c, s in zip(privates.children(ar), streams, strict=True) if not c.done()
+        ]
         if running:
             cluster.interrupt(running)
     _forward(ar, streams)
@@ -322,7 +328,9 @@ def _died(cluster: Any, ar: Any, streams: list[_Stream], dead: dict[int, str]) -
         where = f"pid {r.pid}, host {r.host}" if r else "unknown process"
         message = f"rank {rank} ({where}) died: {how}; run %dist_cluster restart to replace it"
         failures.append(RankOutput(rank=rank, error=RemoteError("RankDied", message, "")))
-    for md, child, stream in zip(ar._metadata, ar._children, streams, strict=True):
+    for md, child, stream in zip(
+        privates.metadata(ar), privates.children(ar), streams, strict=True
+    ):
         # The reply can be in before its error is in the metadata: take either.
         error = md.get("error")
         if error is None and child.done() and isinstance(child.exception(), RemoteError):
@@ -337,20 +345,20 @@ def _lost(ar: Any, streams: list[_Stream]) -> dict[int, str]:
     from ipyparallel.error import EngineError
 
     lost = {}
-    for child, stream in zip(ar._children, streams, strict=True):
+    for child, stream in zip(privates.children(ar), streams, strict=True):
         if child.done() and isinstance(child.exception(), EngineError):
             lost[stream.rank] = "its engine stopped responding"
     return lost
 
 
 def _forward(ar: Any, streams: list[_Stream]) -> None:
-    for md, stream in zip(ar._metadata, streams, strict=True):
+    for md, stream in zip(privates.metadata(ar), streams, strict=True):
         stream.forward(md)
 
 
 def _collect(ar: Any, streams: list[_Stream]) -> list[RankOutput]:
     outputs = []
-    for index, (md, stream) in enumerate(zip(ar._metadata, streams, strict=True)):
+    for index, (md, stream) in enumerate(zip(privates.metadata(ar), streams, strict=True)):
         out = RankOutput(
             rank=stream.rank,
             stdout=md.get("stdout") or "",

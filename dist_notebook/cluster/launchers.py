@@ -34,6 +34,7 @@ from ipyparallel.cluster.launcher import (
 )
 from traitlets import Bool, Dict, List, Unicode, default
 
+from .. import privates
 from ..engine.parent import ENV_VAR as PARENT_ENV
 from . import forkserver
 
@@ -79,14 +80,15 @@ class RankEngineLauncher(LocalEngineLauncher):
         self.pid = pid
         self.process = psutil.Process(pid)
         self.notify_start(pid)
-        self._start_waiting()
+        privates.start_waiting(self)
 
     def _wait(self) -> None:
         if self._server is None:
             return super()._wait()  # type: ignore[no-any-return]
         # The fork server is the engine's parent: it reports the exit code at once.
-        code = self._server.wait_exit(self.pid, self._stop_waiting)
-        while code is None and not self._stop_waiting.is_set() and self.state == "running":
+        stop_waiting = privates.stop_waiting_event(self)
+        code = self._server.wait_exit(self.pid, stop_waiting)
+        while code is None and not stop_waiting.is_set() and self.state == "running":
             # The server is gone (its engines follow it within a parent-watch period).
             try:
                 self.process.wait(timeout=1.0)
@@ -171,7 +173,7 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
         # would truncate it while it is read.
         if self.shared_filesystem:
             return []
-        return SSHEngineLauncher._to_send_default(self)  # type: ignore[attr-defined]
+        return privates.ssh_files_to_send(self)
 
     def get_env(self) -> dict:
         env = super().get_env()
@@ -212,7 +214,7 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
             self.remote_output_file,
         )
         self.notify_start({"host": self.location, "pid": self.pid})
-        self._start_waiting()
+        privates.start_waiting(self)
 
     def get_output(self, remove: bool = False) -> str:
         if not self.shared_filesystem:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .. import privates
 from ..engine import collectives
 from .execute import RankError, RankOutput
 
@@ -99,14 +100,14 @@ class Watch:
         if not self.active or self.finding is not None:
             return
         now = time.monotonic()
-        children = self.ar._children
+        children = privates.children(self.ar)
         for rank, child in zip(self.ranks, children, strict=True):
             if child.done() and rank not in self.left:
                 self.left[rank] = now
                 self.next_look = min(self.next_look, now + SETTLE)
         if len(self.left) == len(self.ranks):
             return
-        if any(_failed(self.ar._metadata[self.ranks.index(r)]) for r in self.left):
+        if any(_failed(privates.metadata(self.ar)[self.ranks.index(r)]) for r in self.left):
             return  # a rank raised: recovery.Release frees the others
         if self.look is not None:
             self._read(now)
@@ -122,9 +123,7 @@ class Watch:
         if sever is not None:
             content["sever"] = sever
         futures = {
-            rank: client._send_control_request(
-                targets=[eid], msg_type=collectives.REQUEST, content=content, block=False
-            )
+            rank: privates.send_control_request(client, [eid], collectives.REQUEST, content)
             for rank, eid in zip(self.ranks, self.targets, strict=True)
         }
         self.look = _Look(futures, time.monotonic(), history)

@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any
 
+from .. import privates
 from ..engine import group
 
 log = logging.getLogger("dist_notebook")
@@ -35,10 +36,10 @@ class Release:
 
     def survivors_done(self, dead: dict[int, str]) -> bool:
         alive = [i for i, eid in enumerate(self.targets) if self.cluster.rank_of(eid) not in dead]
-        return all(self.ar._children[i].done() for i in alive)
+        return all(privates.children(self.ar)[i].done() for i in alive)
 
     def _done(self) -> list[int]:
-        return [i for i, child in enumerate(self.ar._children) if child.done()]
+        return [i for i, child in enumerate(privates.children(self.ar)) if child.done()]
 
     def check(self) -> None:
         """Called while waiting: release peers once a failure has lasted GRACE seconds."""
@@ -47,7 +48,7 @@ class Release:
         done = self._done()
         if len(done) == len(self.targets):
             return
-        if not any(_failed(self.ar._metadata[i]) for i in done):
+        if not any(_failed(privates.metadata(self.ar)[i]) for i in done):
             return
         now = time.monotonic()
         if self.first_failure is None:

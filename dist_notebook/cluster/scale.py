@@ -45,6 +45,7 @@ from typing import Any
 
 from traitlets.config import Config
 
+from .. import privates
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
@@ -474,7 +475,7 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
     where = f" on {format_hosts(tuple(grow.items()))}" if grow else ""
     cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")
     for count, env, traits in starts:
-        set_id = ipp._new_engine_set_id()
+        set_id = privates.new_engine_set_id(ipp)
         env["DIST_NOTEBOOK_ENGINE_SET"] = set_id
         cluster._engine_set = await ipp.start_engines(
             count,

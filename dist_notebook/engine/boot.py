@@ -59,13 +59,9 @@ def _no_execute_input() -> None:
     ``silent=False`` execute (what %%dist sends, for the execution count, the Out[] and
     the post-execute hooks) 1.18x a silent one; without it 1.04x (2 ranks).
     """
-    from ipyparallel.engine.kernel import IPythonParallelKernel
+    from .. import privates
 
-    def _publish_execute_input(self: Any, code: str, parent: Any, execution_count: int) -> None:
-        return None
-
-    kernel: Any = IPythonParallelKernel
-    kernel._publish_execute_input = _publish_execute_input
+    privates.silence_execute_input()
 
 
 def _no_debugger() -> None:

@@ -77,21 +77,21 @@ def snapshot(history: int = 0) -> dict[str, Any]:
     if "torch.distributed" not in sys.modules:
         return {"why": "torch.distributed is not imported on this rank"}
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+
+    from .. import privates
 
     if not dist.is_initialized():
         return {"why": "this rank has no process group"}
-    names: dict[Any, str] = {g: str(name) for g, name in dict(c10d._world.pg_names).items()}
+    names = privates.group_names()
     seq: dict[str, int] = {}
     groups: dict[str, list[int]] = {}
     for group, name in names.items():
         try:
-            pg: Any = group
-            seq[name] = int(pg._get_sequence_number_for_group())
+            seq[name] = privates.sequence_number(group)
             groups[name] = [int(r) for r in dist.get_process_group_ranks(group)]
         except (RuntimeError, ValueError):  # a group being destroyed as we look
             continue
-    default = names.get(c10d._world.default_pg, "0")
+    default = names.get(privates.default_group(), "0")
     shot: dict[str, Any] = {"seq": seq, "groups": groups, "default": default}
     shot["waiting"] = _waiting(names, default)
     if history > 0:
@@ -125,8 +125,10 @@ def _user_line(frame: Any) -> str:
         return ""
     from IPython import get_ipython
 
+    from .. import privates
+
     name = frame.f_code.co_filename
-    cells = dict(getattr(getattr(get_ipython(), "compile", None), "_filename_map", None) or {})
+    cells = privates.cell_filenames(get_ipython())
     if name in cells:
         which = "this cell" if cells[name] == max(cells.values()) else "an earlier cell"
         return f"line {frame.f_lineno} of {which}"
@@ -136,12 +138,12 @@ def _user_line(frame: Any) -> str:
 def recorded_ops(history: int) -> dict[str, dict[int, str]]:
     """{group: {seq: op}} of the last *history* collectives of each group, from torch's
     flight recorder (empty when the backend keeps none: TORCH_FR_BUFFER_SIZE=0)."""
-    from torch._C import _distributed_c10d
+    from .. import privates
 
-    dump: Any = getattr(_distributed_c10d, "_dump_fr_trace_json", None)
-    if dump is None:  # a torch without a flight recorder: no ops, the numbers only
+    dumped = privates.flight_recorder_json()
+    if dumped is None:  # a torch without a flight recorder: no ops, the numbers only
         return {}
-    trace = json.loads(dump(True, False))
+    trace = json.loads(dumped)
     ops: dict[str, dict[int, str]] = {}
     for raw in trace.get("entries", []):  # oldest first
         if raw.get("is_p2p"):

@@ -27,6 +27,8 @@ import time
 import weakref
 from typing import Any
 
+from .. import privates
+
 # DDP iterations between timed samples on CPU (DDP's own default: 100). On a GPU each
 # sample waits for the previous step's CUDA events (a sync): DDP's own rate is kept
 # there, so a run costs exactly what DDP costs under torchrun.
@@ -84,7 +86,7 @@ _estimate = _Estimate()
 
 def _logging_data(model: Any) -> dict[str, Any]:
     try:
-        return dict(model._get_ddp_logging_data())
+        return privates.ddp_logging_data(model)
     except (AssertionError, RuntimeError):  # a model whose reducer is gone
         return {}
 
@@ -110,7 +112,7 @@ def _watch(ddp: Any) -> None:
     on_gpu = any(p.device.type != "cpu" for p in ddp.module.parameters())
     try:
         if not on_gpu:
-            ddp._set_ddp_runtime_logging_sample_rate(SAMPLE_RATE)
+            privates.set_ddp_logging_sample_rate(ddp, SAMPLE_RATE)
     except (AttributeError, RuntimeError):
         return  # a DDP without a C++ reducer (python reducer): nothing to read
     with _lock:

@@ -79,8 +79,11 @@ def _warm() -> None:
     """What the first training cell would import (``group._warm_after_start``): done
     here once the server has been idle a moment, so engines forked after it have it."""
     import cloudpickle  # noqa: F401
-    import torch._dynamo  # noqa: F401
     import torch.nn.parallel  # noqa: F401
+
+    from .. import privates
+
+    privates.import_dynamo()
 
 
 def _send(out: int, message: dict[str, Any]) -> None:

@@ -111,11 +111,9 @@ def _reset_group_names() -> None:
     group would then wait under another name than its peers' (a replaced rank starts
     at 0), until the timeout ("wait timeout ... keys: .../0//cpu//0/1").
     """
-    import torch.distributed.distributed_c10d as c10d
+    from .. import privates
 
-    world = getattr(c10d, "_world", None)
-    if world is not None and hasattr(type(world), "group_count"):
-        world.group_count = 0
+    privates.reset_group_count()
 
 
 def export_rendezvous(addr: str, port: int) -> None:
@@ -206,8 +204,11 @@ def _warm_after_start() -> None:
 
     def warm() -> None:
         import cloudpickle  # noqa: F401
-        import torch._dynamo  # noqa: F401
         import torch.nn.parallel  # noqa: F401
+
+        from .. import privates
+
+        privates.import_dynamo()
 
     import threading
 

@@ -35,9 +35,9 @@ def live_groups() -> list[Any]:
 
     if not dist.is_available() or not dist.is_initialized():
         return []
-    import torch.distributed.distributed_c10d as c10d
+    from .. import privates
 
-    return list(c10d._world.pg_map)
+    return privates.live_groups()
 
 
 def keep(groups: list[Any]) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
+from .. import privates
 from ..export.stored import exports_of
 from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, RunRankState, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
@@ -439,7 +440,7 @@ def _release_waiters(cluster: Any) -> None:
     while pending:
         launcher = pending.pop()
         pending.extend(getattr(launcher, "launchers", {}).values())
-        stop_waiting = getattr(launcher, "_stop_waiting", None)
+        stop_waiting = privates.stop_waiting_event(launcher)
         if stop_waiting is not None:
             stop_waiting.set()
 
