@@ -26,3 +26,91 @@ export function nodeLabels(ranks: readonly IRankModel[]): string[] {
     return [node, rank.host ?? ''].filter(Boolean).join(' · ');
   });
 }
+
+/** Ranks beyond which the panel's cluster card has a row per node (as the magic's status). */
+export const BY_NODE_BEYOND = 8;
+
+/** Ranks written compactly, as the magics do: "0-7,9,12-15" (a pair is not a range). */
+export function rankSet(ranks: Iterable<number>): string {
+  const sorted = [...new Set(ranks)].sort((a, b) => a - b);
+  const parts: string[] = [];
+  let i = 0;
+  while (i < sorted.length) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j] + 1) {
+      j += 1;
+    }
+    if (j - i >= 2) {
+      parts.push(`${sorted[i]}-${sorted[j]}`);
+    } else {
+      parts.push(...sorted.slice(i, j + 1).map(String));
+    }
+    i = j + 1;
+  }
+  return parts.join(',');
+}
+
+/** "1 dead, 7 idle": how many ranks are in each state, the rarest first. */
+export function stateCounts(states: Iterable<string>): string {
+  const counts = new Map<string, number>();
+  for (const s of states) {
+    counts.set(s, (counts.get(s) ?? 0) + 1);
+  }
+  return [...counts.entries()]
+    .sort((a, b) => a[1] - b[1] || a[0].localeCompare(b[0]))
+    .map(([s, n]) => `${n} ${s}`)
+    .join(', ');
+}
+
+/** A node of a cluster card beyond BY_NODE_BEYOND ranks. */
+export interface INodeGroup {
+  key: string;
+  label: string;
+  ranks: number[];
+  states: string;
+  /** The rank with the most time outside comm in the run going (the summary's), or null. */
+  slowest: number | null;
+  /** Whether a rank of the node is the summary's straggler. */
+  straggler: boolean;
+}
+
+/** What nodeGroups reads of a run's summary per rank (IRankSummary has it). */
+export interface IRankTime {
+  rank: number;
+  compute_time: number | string | null;
+  straggler: boolean;
+}
+
+/** The ranks grouped by node, in node order, with the run's slowest rank of each. */
+export function nodeGroups(
+  ranks: readonly IRankModel[],
+  stats: readonly IRankTime[] = []
+): INodeGroup[] {
+  const byRank = new Map(stats.map(s => [s.rank, s]));
+  const groups = new Map<string, IRankModel[]>();
+  for (const r of ranks) {
+    const key = nodeKey(r);
+    groups.set(key, [...(groups.get(key) ?? []), r]);
+  }
+  const labels = nodeLabels(ranks);
+  const labelOf = new Map(ranks.map((r, i) => [r.rank, labels[i]]));
+  return [...groups.entries()].map(([key, members]) => {
+    let slowest: number | null = null;
+    let top = -Infinity;
+    for (const m of members) {
+      const t = byRank.get(m.rank)?.compute_time;
+      if (typeof t === 'number' && Number.isFinite(t) && t > top) {
+        top = t;
+        slowest = m.rank;
+      }
+    }
+    return {
+      key,
+      label: labelOf.get(members[0].rank) || key,
+      ranks: members.map(m => m.rank),
+      states: stateCounts(members.map(m => m.state)),
+      slowest,
+      straggler: members.some(m => byRank.get(m.rank)?.straggler === true)
+    };
+  });
+}

@@ -12,7 +12,14 @@ import { CommandIDs } from './commands';
 import { ChartView } from './chart/view';
 import { h, setText, syncChildren } from './dom';
 import { DistModel, isActive } from './model';
-import { nodeKey, nodeLabels } from './nodes';
+import {
+  BY_NODE_BEYOND,
+  INodeGroup,
+  nodeGroups,
+  nodeKey,
+  nodeLabels,
+  rankSet
+} from './nodes';
 import type { IRankSummary, IRunSummary } from './protocol';
 import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
@@ -51,6 +58,8 @@ export class DistPanel extends Widget {
   private readonly _history = h('details', 'dn-cluster-history');
   private readonly _historySummary = h('summary', 'dn-cluster-history-title');
   private readonly _ended = h('ul', 'dn-ended-clusters');
+  /** Beyond BY_NODE_BEYOND ranks: the nodes opened to their ranks, per cluster. */
+  private readonly _expanded = new Map<string, Set<string>>();
   /** When the first answer of the server was drawn (ms, performance.now()). */
   firstRender: number | null = null;
 
@@ -260,19 +269,82 @@ export class DistPanel extends Widget {
     const gpus = cluster.ranks.some(r => (r.device ?? '').startsWith('cuda'));
     ranksTable.classList.toggle('dn-no-gpu', !gpus);
     const nodeOf = new Map(cluster.ranks.map((r, i) => [r.rank, labels[i]]));
+    const rows = this._rows(cluster, stats);
+    ranksTable.classList.toggle(
+      'dn-by-node',
+      rows.some(r => r.group !== null)
+    );
     syncChildren(
       node.querySelector('.dn-ranks-body')!,
-      cluster.ranks,
-      r => String(r.rank),
-      r => createRank(r),
+      rows,
+      r => (r.group ? `node-${r.group.key}` : String(r.rank!.rank)),
+      r => (r.group ? this._createNode(cluster.id, r.group.key) : createRank(r.rank!)),
       (row, r) => {
-        updateRank(row, r, byRank.get(r.rank) ?? null, slow.has(r.rank));
-        const label = nodeOf.get(r.rank) ?? '';
+        if (r.group) {
+          updateNode(row, r.group, this._isOpen(cluster.id, r.group.key));
+          return;
+        }
+        const rank = r.rank!;
+        updateRank(row, rank, byRank.get(rank.rank) ?? null, slow.has(rank.rank));
+        const label = r.inNode ? '' : (nodeOf.get(rank.rank) ?? '');
         setText(row.querySelector('.dn-rank-node')!, label);
-        row.dataset.node = nodeKey(r);
+        row.dataset.node = nodeKey(rank);
         row.classList.toggle('dn-node-first', label !== '');
+        row.classList.toggle('dn-in-node', r.inNode);
       }
     );
+  }
+
+  /**
+   * The card's rows: a row per rank up to BY_NODE_BEYOND ranks; beyond, a row per node
+   * (rank range, state counts, the run's slowest rank), each opened to its ranks on a
+   * click, as `%dist_cluster status` is by node beyond 8 ranks.
+   */
+  private _rows(cluster: IClusterModel, stats: readonly IRankSummary[]): ICardRow[] {
+    if (cluster.ranks.length <= BY_NODE_BEYOND) {
+      return cluster.ranks.map(rank => ({ group: null, rank, inNode: false }));
+    }
+    const out: ICardRow[] = [];
+    const byRank = new Map(cluster.ranks.map(r => [r.rank, r]));
+    for (const group of nodeGroups(cluster.ranks, stats)) {
+      out.push({ group, rank: null, inNode: false });
+      if (this._isOpen(cluster.id, group.key)) {
+        for (const r of group.ranks) {
+          out.push({ group: null, rank: byRank.get(r)!, inNode: true });
+        }
+      }
+    }
+    return out;
+  }
+
+  private _isOpen(clusterId: string, key: string): boolean {
+    return this._expanded.get(clusterId)?.has(key) ?? false;
+  }
+
+  private _createNode(clusterId: string, key: string): HTMLTableRowElement {
+    const row = h('tr', 'dn-node-row');
+    const light = h('td', 'dn-rank-light');
+    light.append(h('span', 'dn-light'));
+    const cell = h('td', 'dn-node-cell');
+    cell.colSpan = 6;
+    cell.append(
+      h('span', 'dn-node-toggle'),
+      h('span', 'dn-node-label'),
+      h('span', 'dn-node-ranks'),
+      h('span', 'dn-node-states'),
+      h('span', 'dn-node-slowest')
+    );
+    row.append(light, cell);
+    row.title = 'click to show or hide the ranks of this node';
+    row.addEventListener('click', () => {
+      const open = this._expanded.get(clusterId) ?? new Set<string>();
+      if (!open.delete(key)) {
+        open.add(key);
+      }
+      this._expanded.set(clusterId, open);
+      this.update();
+    });
+    return row;
   }
 
   /** What the cluster does: the run going with its progress, else its last run. */
@@ -375,6 +447,40 @@ export function stepText(run: IRunModel, summary: IRunSummary | null): string {
   }
   const done = summary.steps_done ?? 0;
   return run.steps ? `step ${done}/${run.steps}` : `step ${done}`;
+}
+
+/** A row of a cluster card: a node (beyond BY_NODE_BEYOND ranks) or a rank. */
+interface ICardRow {
+  group: INodeGroup | null;
+  rank: IRankModel | null;
+  /** A rank shown under its opened node's row. */
+  inNode: boolean;
+}
+
+/** The state a node's light shows: its rarest (what needs a look), as the text leads. */
+function nodeState(group: INodeGroup): string {
+  return group.states.split(', ')[0]?.split(' ')[1] ?? '';
+}
+
+function updateNode(row: HTMLElement, group: INodeGroup, open: boolean): void {
+  row.dataset.node = group.key;
+  row.dataset.open = String(open);
+  row.dataset.slowest = group.slowest === null ? '' : String(group.slowest);
+  row.classList.toggle('dn-straggler', group.straggler);
+  row.querySelector('.dn-light')!.setAttribute('data-state', nodeState(group));
+  const [toggle, label, ranks, states, slowest] = Array.from(
+    row.querySelector('.dn-node-cell')!.children
+  ) as HTMLElement[];
+  setText(toggle, open ? '▾' : '▸');
+  setText(label, group.label);
+  setText(ranks, `ranks ${rankSet(group.ranks)}`);
+  setText(states, group.states);
+  setText(
+    slowest,
+    group.slowest === null
+      ? ''
+      : `slowest rank ${group.slowest}${group.straggler ? ' (straggler)' : ''}`
+  );
 }
 
 function createRank(rank: IRankModel): HTMLTableRowElement {

@@ -1,10 +1,28 @@
 /**
  * Per-rank and per-host bars of a run's summary: samples/s, step time, comm share,
  * the straggler marked. Every number is the summary's (computed once, in Python).
+ * Beyond BANDED_BEYOND ranks only the slowest few and the stragglers have a bar, until
+ * "all N ranks" is clicked (64 bars would push everything else out of sight).
  */
 import type { IHostSummary, IRankSummary, IRunSummary } from '../protocol';
 import { h, setText, syncChildren } from '../dom';
+import { BANDED_BEYOND } from './band';
 import { colorIndex, formatNumber, toNumber } from './data';
+
+/** Bars kept beyond BANDED_BEYOND ranks: the ranks with the fewest samples/s. */
+export const SLOWEST_BARS = 4;
+
+/** The rows shown beyond BANDED_BEYOND ranks: stragglers and the slowest, in rank order. */
+export function slowestRows(rows: readonly IBarRow[], count = SLOWEST_BARS): IBarRow[] {
+  const slowest = new Set(
+    rows
+      .filter(r => r.samplesPerS !== null)
+      .sort((a, b) => (a.samplesPerS ?? 0) - (b.samplesPerS ?? 0))
+      .slice(0, count)
+      .map(r => r.key)
+  );
+  return rows.filter(r => r.straggler || slowest.has(r.key));
+}
 
 /** One row of bars: a rank or a host. */
 export interface IBarRow {
@@ -54,6 +72,10 @@ export class BarsView {
   private readonly _ranks = h('div', 'dn-chart-bar-rows dn-chart-rank-rows');
   private readonly _hostTitle = h('div', 'dn-chart-bars-title', 'per host');
   private readonly _hosts = h('div', 'dn-chart-bar-rows dn-chart-host-rows');
+  private readonly _more = h('button', 'dn-chart-bars-more');
+  /** Beyond BANDED_BEYOND ranks: whether every rank has its bar. */
+  all = false;
+  private _last: IRunSummary | null = null;
 
   constructor() {
     const head = h('div', 'dn-chart-bar-row dn-chart-bar-head');
@@ -63,15 +85,27 @@ export class BarsView {
       h('span', 'dn-chart-bar-num', 'step ms'),
       h('span', 'dn-chart-bar-num', 'comm')
     );
-    this.node.append(head, this._ranks, this._hostTitle, this._hosts);
+    this.node.append(head, this._ranks, this._more, this._hostTitle, this._hosts);
+    this._more.addEventListener('click', () => {
+      this.all = !this.all;
+      this.update(this._last);
+    });
   }
 
   update(summary: IRunSummary | null): void {
+    this._last = summary;
     const ranks = summary ? rankRows(summary.ranks) : [];
     const hosts = summary ? hostRows(summary.hosts) : [];
     const max = Math.max(0, ...[...ranks, ...hosts].map(r => r.samplesPerS ?? 0));
     const rankMax = Math.max(0, ...ranks.map(r => r.samplesPerS ?? 0));
-    this._fill(this._ranks, ranks, rankMax);
+    const many = ranks.length > BANDED_BEYOND;
+    const shown = many && !this.all ? slowestRows(ranks) : ranks;
+    this._more.hidden = !many;
+    setText(
+      this._more,
+      this.all ? `the slowest ${SLOWEST_BARS} only` : `all ${ranks.length} ranks`
+    );
+    this._fill(this._ranks, shown, rankMax);
     // A per-host view only says something when there is more than one host.
     const showHosts = hosts.length > 1;
     this._hostTitle.hidden = !showHosts;

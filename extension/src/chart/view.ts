@@ -2,6 +2,9 @@
  * The run chart: per-rank curves of any reported metric plus their mean, with hover,
  * smoothing, log scale, zoom (drag across the plot; Reset or a double click undoes
  * it) and x by step or wall time, above the summary's per-rank and per-host bars.
+ * Beyond BANDED_BEYOND ranks it is banded (band.ts): the median across ranks, their
+ * min-max band and the few ranks that deviate most (named), any rank pickable from the
+ * toolbar or the ranks x time heatmap below the plot (heatmap.ts).
  *
  * One component for the notebook cell's live view and the side panel's run tab. It
  * knows nothing of where records come from: call `addRecords` and `setSummary`; it
@@ -10,7 +13,16 @@
  */
 import type { IRecord, IRunSummary } from '../protocol';
 import { h, setText, svg, syncChildren } from '../dom';
+import {
+  BANDED_BEYOND,
+  bandOf,
+  bandPath,
+  IBand,
+  IBandPoint,
+  mostDeviating
+} from './band';
 import { BarsView } from './bars';
+import { HeatmapView } from './heatmap';
 import {
   ChartData,
   colorIndex,
@@ -33,6 +45,15 @@ import {
 const HEIGHT = 200;
 const MARGIN = { left: 46, right: 8, top: 8, bottom: 22 };
 const MEAN = -1;
+const MEDIAN = -2;
+
+/** Why a rank is drawn in a banded chart (its legend says so). */
+type Named = 'straggler' | 'deviates' | 'picked';
+const NAMED_TEXT: { [why in Named]: string } = {
+  straggler: ' (straggler)',
+  deviates: ' (deviates most)',
+  picked: ' ×'
+};
 
 /** What a draw showed, for whoever measures the view (see `onDraw`). */
 export interface IDrawInfo {
@@ -64,12 +85,21 @@ export class ChartView {
   /** Called after each draw (for measurements); never needed to use the chart. */
   onDraw: ((info: IDrawInfo) => void) | null = null;
   draws = 0;
+  /** Ranks the user picked to draw in a banded chart (the toolbar, the heatmap). */
+  readonly picked = new Set<number>();
+  /** Whether the last draw was banded, and the ranks it named, with why. */
+  banded = false;
+  named = new Map<number, Named>();
 
   private _summary: IRunSummary | null = null;
   private _pending: number[] = [];
   private _frame: number | null = null;
   private _drawn = { version: -1, width: 0, key: '' };
   private readonly _bars = new BarsView();
+  private readonly _heat = new HeatmapView();
+  private readonly _pick = h('select', 'dn-chart-pick');
+  private readonly _band = svg('path', 'dn-chart-band');
+  private _bandData: IBand | null = null;
   private readonly _metric = h('select', 'dn-chart-metric');
   private readonly _axis = h('select', 'dn-chart-xaxis');
   private readonly _smooth = h('input', 'dn-chart-smoothing');
@@ -107,14 +137,27 @@ export class ChartView {
     const smoothLabel = h('label', 'dn-chart-toggle');
     smoothLabel.append(document.createTextNode('smooth '), this._smooth);
     const bar = h('div', 'dn-chart-toolbar');
-    bar.append(this._metric, this._axis, smoothLabel, logLabel, this._reset);
+    this._pick.title = 'draw one rank beside the median and band';
+    bar.append(
+      this._metric,
+      this._axis,
+      smoothLabel,
+      logLabel,
+      this._pick,
+      this._reset
+    );
     this._svg.setAttribute('role', 'img');
     this._rule.setAttribute('visibility', 'hidden');
     this._brush.setAttribute('visibility', 'hidden');
-    this._svg.append(this._grid, this._lines, this._rule, this._brush);
+    this._svg.append(this._grid, this._band, this._lines, this._rule, this._brush);
     this._tip.hidden = true;
     this._plot.append(this._svg, this._tip, this._empty);
-    this.node.append(bar, this._plot, this._legend, this._bars.node);
+    this.node.append(bar, this._plot, this._legend, this._heat.node, this._bars.node);
+    this._heat.onPick = rank => this.pick(rank);
+    this._heat.onChange = () => {
+      this._drawn.key = '';
+      this.requestDraw();
+    };
     this._listen();
     this._resize?.observe(this._plot);
   }
@@ -182,7 +225,9 @@ export class ChartView {
       this.log,
       this.zoom?.lo,
       this.zoom?.hi,
-      [...stragglers].join()
+      [...stragglers].join(),
+      [...this.picked].join(),
+      this._heat.series
     ].join('|');
     if (
       this._drawn.version === this.data.version &&
@@ -200,7 +245,15 @@ export class ChartView {
     this.onDraw?.({ recordTimes, points });
   }
 
-  private _curves(width: number): Map<number, IPoint[]> {
+  /** Pick *rank* to draw in the banded chart (again: drop it). */
+  pick(rank: number): void {
+    if (!this.picked.delete(rank)) {
+      this.picked.add(rank);
+    }
+    this.requestDraw();
+  }
+
+  private _curves(width: number, stragglers: Set<number>): Map<number, IPoint[]> {
     const t0 = this.data.t0 ?? 0;
     const buckets = Math.max(16, width - MARGIN.left - MARGIN.right);
     const curves = new Map<number, IPoint[]>();
@@ -208,11 +261,32 @@ export class ChartView {
       const smoothed = smooth(points, this.smoothing);
       curves.set(key, downsample(smoothed, buckets, this.xAxis, t0, this.zoom));
     };
-    for (const rank of this.data.ranks) {
-      const points = this.data.series(rank, this.metric);
-      if (points.length) {
-        add(rank, points);
+    const ranks = this.data.ranks.filter(r => this.data.series(r, this.metric).length);
+    this.banded = this.showMean && ranks.length > BANDED_BEYOND;
+    this.named = new Map();
+    this._bandData = null;
+    if (this.banded) {
+      // The band from every rank (smoothed as drawn); lines for the few it names.
+      const all = new Map(
+        ranks.map(r => [r, smooth(this.data.series(r, this.metric), this.smoothing)])
+      );
+      this._bandData = bandOf(all, this.xAxis, t0, this.zoom, Math.floor(buckets / 2));
+      for (const r of mostDeviating(this._bandData.deviation)) {
+        this.named.set(r, 'deviates');
       }
+      for (const r of ranks.filter(r => stragglers.has(r))) {
+        this.named.set(r, 'straggler');
+      }
+      for (const r of ranks.filter(r => this.picked.has(r))) {
+        this.named.set(r, 'picked');
+      }
+      for (const r of [...this.named.keys()].sort((a, b) => a - b)) {
+        add(r, this.data.series(r, this.metric));
+      }
+      return curves;
+    }
+    for (const rank of ranks) {
+      add(rank, this.data.series(rank, this.metric));
     }
     if (this.showMean && curves.size > 1) {
       add(MEAN, this.data.mean(this.metric));
@@ -220,10 +294,35 @@ export class ChartView {
     return curves;
   }
 
+  /** The band's median as a curve, and its lo and hi as points (for the extent). */
+  private _bandCurves(t0: number): { mid: IPoint[]; edges: IPoint[][] } {
+    const pts = this._bandData?.points ?? [];
+    const at = (p: IBandPoint, value: number): IPoint =>
+      this.xAxis === 'step'
+        ? { step: p.x, time: t0, value }
+        : { step: 0, time: p.x + t0, value };
+    return {
+      mid: pts.map(p => at(p, p.mid)),
+      edges: [pts.map(p => at(p, p.lo)), pts.map(p => at(p, p.hi))]
+    };
+  }
+
   private _drawLines(width: number, stragglers: Set<number>): number {
     const t0 = this.data.t0 ?? 0;
-    const curves = this._curves(width);
-    const extent = extentOf([...curves.values()], this.xAxis, t0, this.log);
+    const curves = this._curves(width, stragglers);
+    const band = this._bandCurves(t0);
+    if (this.banded) {
+      curves.set(MEDIAN, band.mid);
+    }
+    const extent = extentOf(
+      [...curves.values(), ...band.edges],
+      this.xAxis,
+      t0,
+      this.log
+    );
+    this.node.classList.toggle('dn-mod-banded', this.banded);
+    this.node.dataset.banded = String(this.banded);
+    this._syncPick();
     this.node.classList.toggle('dn-mod-empty', extent === null);
     this._empty.hidden = extent !== null;
     this._svg.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
@@ -239,6 +338,11 @@ export class ChartView {
       xInv: px => x.lo + ((px - MARGIN.left) / span) * (x.hi - x.lo)
     };
     this._drawGrid(x, y, sx, sy, width, extent !== null);
+    this._band.setAttribute(
+      'd',
+      extent && this._bandData ? bandPath(this._bandData.points, sx, sy, this.log) : ''
+    );
+    this._heat.update(this.data, this.xAxis, this.zoom, width, this.banded);
     const keys = extent ? [...curves.keys()] : [];
     let count = 0;
     syncChildren(
@@ -247,16 +351,15 @@ export class ChartView {
       k => String(k),
       k => {
         const path = svg('path', 'dn-chart-line');
-        path.setAttribute('data-rank', k === MEAN ? 'mean' : String(k));
+        path.setAttribute('data-rank', keyName(k));
         return path;
       },
       (path, k) => {
         const pts = curves.get(k) ?? [];
         count += pts.length;
         path.setAttribute('d', linePath(pts, sx, sy, this.xAxis, t0, this.log));
-        const color = k === MEAN ? 'dn-chart-mean' : `dn-color-${colorIndex(k)}`;
         const slow = stragglers.has(k) ? ' dn-straggler' : '';
-        path.setAttribute('class', `dn-chart-line ${color}${slow}`);
+        path.setAttribute('class', `dn-chart-line ${keyColor(k)}${slow}`);
       }
     );
     this._drawLegend(keys, stragglers);
@@ -320,26 +423,63 @@ export class ChartView {
   }
 
   private _drawLegend(keys: number[], stragglers: Set<number>): void {
+    // Banded: the median first, then the band, then the ranks drawn and why.
+    const BAND = -3;
+    const items = this.banded ? [MEDIAN, BAND, ...keys.filter(k => k >= 0)] : keys;
+    const ranks = this.data.ranks.filter(r => this.data.series(r, this.metric).length);
     syncChildren(
       this._legend,
-      keys,
+      items,
       k => String(k),
       k => {
         const item = h('span', 'dn-chart-legend-item');
-        const color = k === MEAN ? 'dn-chart-mean' : `dn-color-${colorIndex(k)}`;
+        const color = k === BAND ? 'dn-chart-band' : keyColor(k);
         item.append(h('span', `dn-chart-swatch ${color}`), h('span', ''));
-        item.dataset.rank = k === MEAN ? 'mean' : String(k);
+        item.dataset.rank = k === BAND ? 'band' : keyName(k);
+        if (k >= 0) {
+          item.addEventListener('click', () => {
+            if (this.picked.has(k)) {
+              this.pick(k);
+            }
+          });
+        }
         return item;
       },
       (item, k) => {
         item.classList.toggle('dn-straggler', stragglers.has(k));
-        const text =
-          k === MEAN
-            ? 'mean'
-            : `${this.seriesName(k)}${stragglers.has(k) ? ' (straggler)' : ''}`;
+        const why = this.named.get(k);
+        item.dataset.named = why ?? '';
+        item.title = why === 'picked' ? 'click to drop it' : '';
+        let text: string;
+        if (k === MEAN) {
+          text = 'mean';
+        } else if (k === MEDIAN) {
+          text = `median of ${ranks.length} ${this.seriesNoun}s`;
+        } else if (k === BAND) {
+          text = 'min–max';
+        } else if (why !== undefined) {
+          text = `${this.seriesName(k)}${NAMED_TEXT[why]}`;
+        } else {
+          text = `${this.seriesName(k)}${stragglers.has(k) ? ' (straggler)' : ''}`;
+        }
         setText(item.lastElementChild as HTMLElement, text);
       }
     );
+  }
+
+  /** The toolbar's rank picker: shown only banded, listing every rank. */
+  private _syncPick(): void {
+    this._pick.hidden = !this.banded;
+    const ranks = this.banded ? this.data.ranks : [];
+    const items = ['', ...ranks.map(String)];
+    syncChildren(
+      this._pick,
+      items,
+      v => v,
+      v => option(v, v === '' ? 'show rank…' : `rank ${v}`),
+      () => undefined
+    );
+    this._pick.value = '';
   }
 
   private _label(metric: string): string {
@@ -381,6 +521,13 @@ export class ChartView {
     this._log.addEventListener('change', () => {
       this.log = this._log.checked;
       redraw();
+    });
+    this._pick.addEventListener('change', () => {
+      const value = this._pick.value;
+      if (value !== '') {
+        this.picked.add(Number(value));
+        this.requestDraw();
+      }
     });
     this._reset.addEventListener('click', () => this.resetZoom());
     this._svg.addEventListener('dblclick', () => this.resetZoom());
@@ -442,7 +589,17 @@ export class ChartView {
     }
     const rows: HTMLElement[] = [];
     let at: IPoint | null = null;
-    for (const rank of this.data.ranks) {
+    if (this.banded) {
+      const band = this._bandRow(x);
+      if (band !== null) {
+        rows.push(band);
+      }
+    }
+    // Banded: the band and the named ranks (the step and time of the first rank's).
+    const shown = this.banded
+      ? [...this.named.keys(), ...this.data.ranks.slice(0, 1)]
+      : this.data.ranks;
+    for (const [i, rank] of shown.entries()) {
       const p = nearest(
         smooth(this.data.series(rank, this.metric), this.smoothing),
         x,
@@ -453,6 +610,9 @@ export class ChartView {
         continue;
       }
       at = at ?? p;
+      if (this.banded && i === shown.length - 1) {
+        break;
+      }
       const row = h('div', 'dn-chart-tip-row');
       row.dataset.rank = String(rank);
       row.append(
@@ -484,10 +644,39 @@ export class ChartView {
     this._tip.style.left = `${left}px`;
   }
 
+  /** The band's median, min and max nearest to *x*, as a tooltip row. */
+  private _bandRow(x: number): HTMLElement | null {
+    const pts = this._bandData?.points ?? [];
+    if (!pts.length) {
+      return null;
+    }
+    const p = pts.reduce((a, b) => (Math.abs(b.x - x) < Math.abs(a.x - x) ? b : a));
+    const row = h('div', 'dn-chart-tip-row');
+    row.dataset.rank = 'median';
+    row.append(
+      h('span', 'dn-chart-swatch dn-chart-mean'),
+      h(
+        'span',
+        '',
+        `median ${formatNumber(p.mid)} · min ${formatNumber(p.lo)} · max ${formatNumber(p.hi)}`
+      )
+    );
+    return row;
+  }
+
   private _hideHover(): void {
     this._tip.hidden = true;
     this._rule.setAttribute('visibility', 'hidden');
   }
+}
+
+/** A curve's data-rank: its rank, or 'mean' / 'median'. */
+function keyName(k: number): string {
+  return k === MEAN ? 'mean' : k === MEDIAN ? 'median' : String(k);
+}
+
+function keyColor(k: number): string {
+  return k === MEAN || k === MEDIAN ? 'dn-chart-mean' : `dn-color-${colorIndex(k)}`;
 }
 
 function setAttrs(node: Element, attrs: { [name: string]: string | number }): void {
