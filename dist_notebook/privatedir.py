@@ -15,6 +15,8 @@ import os
 import stat
 from pathlib import Path
 
+from . import envvars
+
 
 class UnsafeDirectoryError(RuntimeError):
     """A directory we would use is not private to this user (its message names the fix)."""
@@ -37,7 +39,7 @@ def check_private(path: Path) -> None:
     else can write in (what is inside is made owner-only)."""
     info = os.lstat(path)
     fix = (
-        f"remove it (rm -rf {path}) and run again, or set DIST_NOTEBOOK_STORE to a file "
+        f"remove it (rm -rf {path}) and run again, or set {envvars.STORE} to a file "
         "in a folder of your own"
     )
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):

@@ -16,6 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from .. import envvars
 from ..cluster.launchers import slurm_namespace
 from .script import ExportError
 
@@ -78,7 +79,7 @@ def compose(batch: Batch) -> str:
         f"#SBATCH --output={job_name(batch.name)}-%j.out",
         "set -eu",
         "# The notebook's run store: the run shows in %dist_runs and the side panel.",
-        f"export DIST_NOTEBOOK_STORE={q(batch.store)}",
+        f"export {envvars.STORE}={q(batch.store)}",
     ]
     torchrun = f"{q(batch.python)} -m torch.distributed.run"
     procs = f"--nproc-per-node={batch.procs_per_node}"

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import envvars
+
 LITERAL_MAX = 2000  # characters: a longer value goes in the pickle, not the script
 
 
@@ -194,7 +196,7 @@ It reproduces {origin}.
 On this machine:   torchrun --standalone --nproc-per-node {nproc} {file}
 As a Slurm job:    sbatch {stem}.sbatch   (if exported with --sbatch)
 
-The run is recorded in the run store (DIST_NOTEBOOK_STORE, else the per-user default),
+The run is recorded in the run store ({store_var}, else the per-user default),
 beside the notebook's runs: %dist_runs and the side panel list it.
 The cells below replay what the notebook's ranks ran: the %%dist cells up to its last
 %%dist_train (a re-run cell once, in its last version), that training, then the %%dist
@@ -236,6 +238,7 @@ def compose(plan: Plan, script: Script) -> str:
             gpus=script.gpus,
             threads=script.threads,
             values=script.values_file,
+            store_var=envvars.STORE,
         )
     ]
     for part in plan.before:

@@ -31,6 +31,7 @@ import ipyparallel as ipp
 import psutil
 from traitlets.config import Config
 
+from .. import envvars
 from ..engine import group, shm
 from ..privatedir import UnsafeDirectoryError, private_dir
 from ..protocol import ClusterState, check_move
@@ -334,23 +335,22 @@ class DistCluster(ClusterHealth):
         spec = self.spec
         threads = str(spec.resolved_threads)
         env = {
-            "DIST_NOTEBOOK_WORLD_SIZE": str(spec.n),
+            envvars.WORLD_SIZE: str(spec.n),
             "WORLD_SIZE": str(spec.n),
             "LOCAL_WORLD_SIZE": str(spec.n if spec.launcher == "local" else 1),
             "MASTER_ADDR": spec.ip,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
-            "DIST_NOTEBOOK_RANK_OFFSET": str(rank_offset),
-            "DIST_NOTEBOOK_CLUSTER": self.id,
+            envvars.RANK_OFFSET: str(rank_offset),
             "PYTHONUNBUFFERED": "1",
-            "DIST_NOTEBOOK_STACK_DIR": self.stack_dir,
+            envvars.STACK_DIR: self.stack_dir,
         }
         if spec.gpus:
-            env["DIST_NOTEBOOK_DEVICES"] = ",".join(str(g) for g in spec.gpus)
+            env[envvars.DEVICES] = ",".join(str(g) for g in spec.gpus)
         else:
-            env["DIST_NOTEBOOK_CPU"] = "1"
+            env[envvars.CPU] = "1"
         if spec.launcher == "local":
-            env["DIST_NOTEBOOK_PARENT_PID"] = str(os.getpid())
+            env[envvars.PARENT_PID] = str(os.getpid())
         if spec.launcher != "local":
             env = remote_engine_env(spec, env)
         env.update(spec.extra_engine_env)
@@ -667,7 +667,7 @@ def own_profile_dir(cluster_id: str) -> str:
         return str(profile)
     raise ClusterError(
         f"cannot create a profile directory for the cluster in {store_path().parent} or "
-        f"{fallback}: set DIST_NOTEBOOK_STORE to a file in a directory you can write"
+        f"{fallback}: set {envvars.STORE} to a file in a directory you can write"
     )
 
 

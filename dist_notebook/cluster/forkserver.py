@@ -23,10 +23,11 @@ import threading
 import time
 from typing import Any
 
+from .. import envvars
 from ..engine.parent import ENV_VAR as PARENT_ENV
 
 log = logging.getLogger("dist_notebook")
-ENV_SWITCH = "DIST_NOTEBOOK_FORKSERVER"
+ENV_SWITCH = envvars.FORKSERVER
 SERVER_CMD = [sys.executable, "-u", "-m", "dist_notebook.engine.forkserver"]
 READY_TIMEOUT = 120.0  # its imports: ~2.3 s on a quiet 2-core machine
 REPLY_TIMEOUT = 10.0

@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from .. import envvars
 from ..protocol import ClusterState
 from ..store import StoreWriter
 from ..store.recorder import record
@@ -101,7 +102,7 @@ class ClusterHealth:
             engine_set = self._ipp.engines.get(set_id)
             if engine_set is None:
                 continue
-            offset = int(engine_set.environment.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
+            offset = int(engine_set.environment.get(envvars.RANK_OFFSET, "0"))
             # The engine set moves a launcher's exit record here as soon as it exits.
             for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
                 if (set_id, identifier) in self._buried:

@@ -13,6 +13,8 @@ import ipaddress
 import re
 from typing import Any
 
+from .. import envvars
+
 _HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+$")
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 REMOTE = ("ssh", "mpi", "slurm")
@@ -150,17 +152,17 @@ def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
     for name in (
         "LOCAL_WORLD_SIZE",
         "MASTER_ADDR",
-        "DIST_NOTEBOOK_PARENT_PID",
-        "DIST_NOTEBOOK_STACK_DIR",
+        envvars.PARENT_PID,
+        envvars.STACK_DIR,
     ):
         out.pop(name, None)
     if spec.threads is None:
         out.pop("OMP_NUM_THREADS", None)
         out.pop("MKL_NUM_THREADS", None)
-    out["DIST_NOTEBOOK_CONTROLLER_IP"] = spec.ip
+    out[envvars.CONTROLLER_IP] = spec.ip
     if spec.gpus_per_node:
-        out.pop("DIST_NOTEBOOK_CPU", None)
-        out["DIST_NOTEBOOK_GPUS_PER_NODE"] = str(spec.gpus_per_node)
+        out.pop(envvars.CPU, None)
+        out[envvars.GPUS_PER_NODE] = str(spec.gpus_per_node)
     return out
 
 

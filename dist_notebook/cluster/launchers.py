@@ -34,13 +34,13 @@ from ipyparallel.cluster.launcher import (
 )
 from traitlets import Bool, Dict, List, Unicode, default
 
-from .. import privates
+from .. import envvars, privates
 from ..engine.parent import ENV_VAR as PARENT_ENV
 from . import forkserver
 
 ENGINE_CMD = [sys.executable, "-m", "dist_notebook.engine.boot"]
 CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.cluster.controller_boot"]
-SSH_CONFIG_ENV = "DIST_NOTEBOOK_SSH_CONFIG"
+SSH_CONFIG_ENV = envvars.SSH_CONFIG
 
 
 class RankEngineLauncher(LocalEngineLauncher):
@@ -57,9 +57,9 @@ class RankEngineLauncher(LocalEngineLauncher):
 
     def get_env(self) -> dict:
         env = super().get_env()
-        rank = int(self.identifier) + int(env.get("DIST_NOTEBOOK_RANK_OFFSET", "0"))
-        env["DIST_NOTEBOOK_RANK"] = str(rank)
-        env["DIST_NOTEBOOK_LOCAL_RANK"] = str(rank)
+        rank = int(self.identifier) + int(env.get(envvars.RANK_OFFSET, "0"))
+        env[envvars.RANK] = str(rank)
+        env[envvars.LOCAL_RANK] = str(rank)
         return env
 
     def start(self) -> None:
@@ -184,14 +184,14 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
         # its engines' local ranks start on each host; the first set is all of them.
         order = list(getattr(parent, "hosts", None) or engines)
         if host in order:
-            env["DIST_NOTEBOOK_NODE"] = str(order.index(host))
+            env[envvars.NODE] = str(order.index(host))
         sizes = dict(getattr(parent, "local_sizes", None) or {})
         if host in sizes or host in engines:
             count = sizes.get(host, engines.get(host))
-            env["DIST_NOTEBOOK_LOCAL_SIZE"] = str(count if isinstance(count, int) else 1)
+            env[envvars.LOCAL_SIZE] = str(count if isinstance(count, int) else 1)
         first = dict(getattr(parent, "first_local", None) or {}).get(host, 0)
-        env["DIST_NOTEBOOK_LOCAL_RANK"] = str(int(local) + int(first))
-        env["DIST_NOTEBOOK_HOST_NAME"] = host
+        env[envvars.LOCAL_RANK] = str(int(local) + int(first))
+        env[envvars.HOST_NAME] = host
         return env
 
     def start(self, hostname=None, user=None, port=None):  # type: ignore[no-untyped-def]

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from .. import envvars
 from ..protocol import ClusterState
 from .cluster import DistCluster, Progress
 from .loop import background_loop
@@ -117,7 +118,7 @@ def keep_warm(spec: ClusterSpec, now: bool = True) -> None:
 
 def stopped(spec: ClusterSpec) -> None:
     """A cluster of *spec* stopped: start its replacement spare if the spec is kept warm."""
-    if os.environ.get("DIST_NOTEBOOK_WARM") == "1":
+    if os.environ.get(envvars.WARM) == "1":
         keep_warm(spec, now=False)
     with _lock:
         kept = spec in _kept

@@ -45,7 +45,7 @@ from typing import Any
 
 from traitlets.config import Config
 
-from .. import privates
+from .. import envvars, privates
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
@@ -459,12 +459,10 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
         starts.append((added, dict(base_env), traits))
     elif spec.launcher == "mpi":
         for host, count in grow.items():
-            env = dict(
-                base_env,
-                DIST_NOTEBOOK_LOCAL_OFFSET=str(have.get(host, 0)),
-                DIST_NOTEBOOK_LOCAL_SIZE=str(target[host]),
-                DIST_NOTEBOOK_HOST_NAME=host,
-            )
+            env = dict(base_env)
+            env[envvars.LOCAL_OFFSET] = str(have.get(host, 0))
+            env[envvars.LOCAL_SIZE] = str(target[host])
+            env[envvars.HOST_NAME] = host
             starts.append((count, env, {"mpi_args": mpi_args(spec, ((host, count),))}))
     else:
         gpn = spec.gpus_per_node
@@ -476,7 +474,7 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
     cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")
     for count, env, traits in starts:
         set_id = privates.new_engine_set_id(ipp)
-        env["DIST_NOTEBOOK_ENGINE_SET"] = set_id
+        env[envvars.ENGINE_SET] = set_id
         cluster._engine_set = await ipp.start_engines(
             count,
             engine_set_id=set_id,

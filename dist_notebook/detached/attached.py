@@ -28,6 +28,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
+from .. import envvars
 from ..cluster.cluster import ClusterError, DistCluster, RankInfo
 from ..cluster.spec import ClusterSpec
 from ..protocol import ClusterState
@@ -40,7 +41,7 @@ log = logging.getLogger("dist_notebook")
 CLIENT_WAIT_S = 30.0  # for this kernel's client to see every engine of the cluster
 LONG_S = 600.0  # a stop or restart request may take this long
 # The keeper's environment: nothing that would tie it to this kernel.
-NOT_INHERITED = ("DIST_NOTEBOOK_PARENT_PID", "DIST_NOTEBOOK_WARM")
+NOT_INHERITED = (envvars.PARENT_PID, envvars.WARM)
 _attached: weakref.WeakSet[AttachedCluster] = weakref.WeakSet()
 
 

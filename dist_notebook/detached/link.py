@@ -28,6 +28,7 @@ from typing import Any
 
 import zmq
 
+from .. import envvars
 from ..privatedir import UnsafeDirectoryError, check_private
 
 FILE = "keeper.json"
@@ -155,7 +156,7 @@ def keeper_files(base: Path) -> list[Path]:
         owner = _owner_of(base)
         raise KeeperError(
             f"the clusters in {base} belong to {owner}: only their owner can attach to them "
-            "(set DIST_NOTEBOOK_STORE to a run store of your own)"
+            f"(set {envvars.STORE} to a run store of your own)"
         ) from None
     except UnsafeDirectoryError as e:
         raise KeeperError(str(e)) from None

@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any
 
+from .. import envvars
+
 
 def _preimport() -> None:
     # Runs while the engine registers with the controller; the first process-group
@@ -91,7 +93,7 @@ def _after_kernel_died() -> None:
     from .parent import kill_children
 
     kill_children()
-    stack_dir = os.environ.get("DIST_NOTEBOOK_STACK_DIR")
+    stack_dir = os.environ.get(envvars.STACK_DIR)
     if stack_dir:
         shutil.rmtree(stack_dir, ignore_errors=True)
 

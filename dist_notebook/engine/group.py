@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from .. import envvars
 from . import pgrelease
 
 # The store object must outlive the group that uses it (NCCL exchanges its unique id
@@ -31,7 +32,7 @@ _store_lock = threading.Lock()
 def rank_info() -> dict[str, Any]:
     """This engine's identity, read from the rank environment set at boot."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    wants_gpu = bool(os.environ.get("DIST_NOTEBOOK_DEVICES"))
+    wants_gpu = bool(os.environ.get(envvars.DEVICES))
     return {
         "rank": int(os.environ.get("RANK", "-1")),
         "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
@@ -226,12 +227,12 @@ def bind_gloo_to(addr: str) -> str | None:
     """
     import psutil
 
-    if os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get("DIST_NOTEBOOK_GLOO_IFNAME"):
+    if os.environ.get("GLOO_SOCKET_IFNAME") and not os.environ.get(envvars.GLOO_IFNAME):
         return None  # the user's own choice
     for name, addresses in psutil.net_if_addrs().items():
         if any(a.address.split("%")[0] == addr for a in addresses):
             # Read by gloo (C++ getenv) when the group's device is created.
-            os.environ["GLOO_SOCKET_IFNAME"] = os.environ["DIST_NOTEBOOK_GLOO_IFNAME"] = name
+            os.environ["GLOO_SOCKET_IFNAME"] = os.environ[envvars.GLOO_IFNAME] = name
             return name
     return None
 

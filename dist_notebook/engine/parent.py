@@ -27,7 +27,9 @@ import threading
 import time
 from collections.abc import Callable
 
-ENV_VAR = "DIST_NOTEBOOK_PARENT_PID"
+from .. import envvars
+
+ENV_VAR = envvars.PARENT_PID
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 

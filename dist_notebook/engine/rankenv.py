@@ -22,21 +22,23 @@ import socket
 from collections.abc import MutableMapping
 from typing import Any
 
-_RANK_VARS = ("DIST_NOTEBOOK_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+from .. import envvars
+
+_RANK_VARS = (envvars.RANK, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 _LOCAL_VARS = (
-    "DIST_NOTEBOOK_LOCAL_RANK",
+    envvars.LOCAL_RANK,
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "MPI_LOCALRANKID",
     "SLURM_LOCALID",
 )
 _LOCAL_SIZE_VARS = (
-    "DIST_NOTEBOOK_LOCAL_SIZE",
+    envvars.LOCAL_SIZE,
     "OMPI_COMM_WORLD_LOCAL_SIZE",
     "MPI_LOCALNRANKS",
     "SLURM_NTASKS_PER_NODE",
 )
-_NODE_VARS = ("DIST_NOTEBOOK_NODE", "SLURM_NODEID")
-_SIZE_VARS = ("DIST_NOTEBOOK_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+_NODE_VARS = (envvars.NODE, "SLURM_NODEID")
+_SIZE_VARS = (envvars.WORLD_SIZE, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 
 
 def _first(env: MutableMapping[str, str], names: tuple[str, ...]) -> str | None:
@@ -72,7 +74,7 @@ def apply_rank_environment(env: MutableMapping[str, str]) -> None:
     local_rank = _first(env, _LOCAL_VARS) or rank
     if local_rank is None:
         return
-    offset = env.get("DIST_NOTEBOOK_LOCAL_OFFSET", "")
+    offset = env.get(envvars.LOCAL_OFFSET, "")
     if offset.isdigit() and local_rank.isdigit():
         # An mpiexec that scale started beside a host's engines: its local ranks (and
         # GPUs) follow theirs.
@@ -95,17 +97,17 @@ def apply_rank_environment(env: MutableMapping[str, str]) -> None:
 
 
 def _set_device(env: MutableMapping[str, str], local_rank: int) -> None:
-    devices = env.get("DIST_NOTEBOOK_DEVICES", "")
-    per_node = int(env.get("DIST_NOTEBOOK_GPUS_PER_NODE", "0") or 0)
+    devices = env.get(envvars.DEVICES, "")
+    per_node = int(env.get(envvars.GPUS_PER_NODE, "0") or 0)
     if not devices and per_node:
         # Slurm narrows CUDA_VISIBLE_DEVICES to the job's GPUs: index into that list.
         given = env.get("CUDA_VISIBLE_DEVICES", "")
         devices = given if given else ",".join(str(i) for i in range(per_node))
-        env["DIST_NOTEBOOK_DEVICES"] = devices  # the rank table then shows cuda:N
+        env[envvars.DEVICES] = devices  # the rank table then shows cuda:N
     if devices:
         ids = devices.split(",")
         env["CUDA_VISIBLE_DEVICES"] = ids[local_rank % len(ids)]
-    elif env.get("DIST_NOTEBOOK_CPU") == "1":
+    elif env.get(envvars.CPU) == "1":
         # CPU ranks must not grab a GPU that happens to be visible.
         env["CUDA_VISIBLE_DEVICES"] = ""
 
@@ -131,7 +133,7 @@ def _int_env(name: str) -> int | None:
 
 def probe() -> dict[str, Any]:
     """This engine's host, its address towards the controller, and the launcher's numbers."""
-    controller = os.environ.get("DIST_NOTEBOOK_CONTROLLER_IP", "127.0.0.1")
+    controller = os.environ.get(envvars.CONTROLLER_IP, "127.0.0.1")
     address, interface = _route_to(controller)
     return {
         "host": socket.gethostname(),
@@ -166,8 +168,8 @@ def origin() -> dict[str, Any]:
     started it (when scale did), the host as the cluster names it (``--hosts``), and
     its rank in its mpiexec (which places ranks host by host)."""
     return {
-        "set": os.environ.get("DIST_NOTEBOOK_ENGINE_SET") or None,
-        "host": os.environ.get("DIST_NOTEBOOK_HOST_NAME") or None,
+        "set": os.environ.get(envvars.ENGINE_SET) or None,
+        "host": os.environ.get(envvars.HOST_NAME) or None,
         "mpi_rank": _int_env("OMPI_COMM_WORLD_RANK"),
     }
 

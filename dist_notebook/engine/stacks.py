@@ -13,6 +13,8 @@ import os
 import signal
 from typing import IO
 
+from .. import envvars
+
 _file: IO[str] | None = None
 
 
@@ -23,7 +25,7 @@ def stack_file(directory: str, rank: str) -> str:
 def register() -> str | None:
     """Arm the dump on SIGUSR1; return the file it writes to (None without a directory)."""
     global _file
-    directory = os.environ.get("DIST_NOTEBOOK_STACK_DIR")
+    directory = os.environ.get(envvars.STACK_DIR)
     if not directory or not hasattr(signal, "SIGUSR1"):
         return None
     if not os.path.isdir(directory):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ENV_VAR = "DIST_NOTEBOOK_STORE"
+from .. import envvars
+
+ENV_VAR = envvars.STORE
 
 
 def store_path() -> Path:

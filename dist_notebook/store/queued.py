@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import envvars
 from . import backlog
 from .backlog import RETRY_MAX_S, RETRY_MIN_S, Backlog, Job, Pending, Statements, nothing
 from .location import store_path
@@ -67,10 +68,10 @@ def _remedy(e: BaseException) -> str:
     if is_locked(e) or isinstance(e, StoreLocked):
         return "another program holds it locked"
     if is_full(e):
-        return "the disk is full: free space, or set DIST_NOTEBOOK_STORE to another disk"
+        return f"the disk is full: free space, or set {envvars.STORE} to another disk"
     if "readonly" in text or "read-only" in text:
-        return "it is read-only: set DIST_NOTEBOOK_STORE to a file you can write"
-    return "the file is damaged: move it away, or set DIST_NOTEBOOK_STORE to another file"
+        return f"it is read-only: set {envvars.STORE} to a file you can write"
+    return f"the file is damaged: move it away, or set {envvars.STORE} to another file"
 
 
 def _retryable(e: BaseException) -> bool:

@@ -14,6 +14,8 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+from .. import envvars
+
 SCHEMA_VERSION = 3
 
 SCHEMA = """
@@ -109,7 +111,7 @@ def is_full(e: BaseException) -> bool:
 def full_disk_message(path: Path, e: BaseException) -> str:
     return (
         f"the disk under the run store at {path} is full ({e}): free space there, or set "
-        "DIST_NOTEBOOK_STORE to a file on another disk"
+        f"{envvars.STORE} to a file on another disk"
     )
 
 
@@ -124,9 +126,7 @@ def connect(path: Path, *, create: bool, setup: bool = True) -> sqlite3.Connecti
     Raises StoreLocked when another program's lock outlasts the wait.
     """
     if not create and not path.exists():
-        raise StoreError(
-            f"no run store at {path}: start a cluster first, or set DIST_NOTEBOOK_STORE"
-        )
+        raise StoreError(f"no run store at {path}: start a cluster first, or set {envvars.STORE}")
     try:
         if create:
             _create_file(path)
@@ -148,7 +148,7 @@ def connect(path: Path, *, create: bool, setup: bool = True) -> sqlite3.Connecti
             raise StoreError(full_disk_message(path, e)) from e
         raise StoreError(
             f"cannot create the run store at {path} ({e.strerror or e}): set "
-            "DIST_NOTEBOOK_STORE to a file in a directory you can write"
+            f"{envvars.STORE} to a file in a directory you can write"
         ) from e
     except sqlite3.DatabaseError as e:
         raise opening_error(path, e) from e
@@ -166,11 +166,11 @@ def opening_error(path: Path, e: sqlite3.DatabaseError) -> StoreError:
     if "readonly" in str(e) or "read-only" in str(e) or not _writable(path.parent):
         return StoreError(
             f"the run store at {path} is read-only ({e}): runs are not recorded; set "
-            "DIST_NOTEBOOK_STORE to a file in a directory you can write"
+            f"{envvars.STORE} to a file in a directory you can write"
         )
     return StoreError(
         f"the run store at {path} cannot be used ({e}); move it away or set "
-        "DIST_NOTEBOOK_STORE to another file"
+        f"{envvars.STORE} to another file"
     )
 
 
