@@ -6,7 +6,9 @@ Drawn once, when the run ends: the live view is the browser's (``live.py``). Col
 the live chart's (one per rank, everywhere); every measure is the run summary's. Every
 metric the run reported has a panel (the main one, loss if reported, first) and a column.
 The PNG is transparent with grey text and axes, so it reads on a light and a dark theme;
-a run without values says so instead of drawing empty axes.
+a run without values says so instead of drawing empty axes. Beyond BANDED_BEYOND ranks
+the curves are banded as the live chart's (band.py: median, min-max band, the ranks that
+deviate most and the stragglers named) and the bars keep the slowest ranks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from matplotlib.figure import Figure
 
 from ..metrics import RunMetrics
 from ..protocol import RankSummary, RunSummary
+from .band import BANDED_BEYOND, band_of, most_deviating
 
 # The extension's palette (extension/style/chart.css): rank r has colour r % 8.
 PALETTE = (
@@ -38,6 +41,7 @@ STRAGGLER = "#d62728"
 INK = "#808080"  # text, axes and the mean: readable on white and on JupyterLab Dark
 MAX_POINTS = 1000  # per line: more points than pixels only costs drawing time
 MAX_PANELS = 6  # metric panels in the picture; the table has every metric
+SLOWEST_BARS = 8  # bars beyond BANDED_BEYOND ranks: the slowest ranks and the stragglers
 
 
 def rank_color(rank: int) -> str:
@@ -104,7 +108,41 @@ def _nothing(ax: Axes, what: str) -> None:
     ax.text(0.5, 0.5, what, ha="center", va="center", color=INK, transform=ax.transAxes)
 
 
-def _curves(ax: Axes, metrics: RunMetrics, name: str, legend: bool) -> None:
+def _banded(
+    ax: Axes, series: dict[int, tuple[list[float], list[float]]], stragglers: set[int]
+) -> None:
+    """The median and min-max band of every rank, and the ranks the band names."""
+    band = band_of(series, MAX_POINTS // 2)
+    ax.fill_between(band.x, band.lo, band.hi, color=PALETTE[0], alpha=0.25, lw=0, label="min-max")
+    ax.plot(band.x, band.mid, lw=2, color=INK, label=f"median of {len(series)} ranks")
+    named = {r: "deviates most" for r in most_deviating(band.deviation)}
+    named.update({r: "straggler" for r in stragglers if r in series})
+    for rank in sorted(named):
+        xs, ys = _thin(*series[rank])
+        slow = named[rank] == "straggler"
+        color = STRAGGLER if slow else rank_color(rank)
+        label = f"rank {rank} ({named[rank]})"
+        ax.plot(xs, _gaps(ys), lw=2 if slow else 1, color=color, label=label)
+
+
+def _curves(
+    ax: Axes,
+    metrics: RunMetrics,
+    name: str,
+    legend: bool,
+    stragglers: frozenset[int] | set[int] = frozenset(),
+) -> None:
+    series = {r: metrics.series(r, name) for r in metrics.ranks}
+    series = {r: s for r, s in series.items() if any(math.isfinite(y) for y in s[1])}
+    if len(series) > BANDED_BEYOND:
+        _banded(ax, series, set(stragglers))
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        if legend:
+            key = ax.legend(fontsize=7, loc="best", framealpha=0, edgecolor=INK)
+            for text in key.get_texts():
+                text.set_color(INK)
+        return
     drawn = False
     for rank in metrics.ranks:
         xs, ys = _thin(*metrics.series(rank, name))
@@ -126,8 +164,19 @@ def _curves(ax: Axes, metrics: RunMetrics, name: str, legend: bool) -> None:
 
 
 def _bars(ax: Axes, summary: RunSummary) -> None:
-    ax.set_title("samples/s", fontsize=10)
     ranks = summary.ranks
+    title = "samples/s"
+    if len(ranks) > BANDED_BEYOND:
+        # The slowest few and the stragglers: 64 bars would be unreadable.
+        rate = {
+            r.rank: r.samples_per_s
+            for r in ranks
+            if r.samples_per_s is not None and math.isfinite(r.samples_per_s)
+        }
+        slowest = set(sorted(rate, key=lambda rank: (rate[rank], rank))[:SLOWEST_BARS])
+        title = f"samples/s: the slowest {len(slowest)} of {len(ranks)} ranks"
+        ranks = [r for r in ranks if r.rank in slowest or r.straggler]
+    ax.set_title(title, fontsize=10)
     values = [r.samples_per_s for r in ranks]
     finite = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
     if not any(finite):
@@ -158,13 +207,15 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     FigureCanvasAgg(figure)
     grid = figure.add_gridspec(1 + extra_rows, 2, width_ratios=(3, 2))
     first = figure.add_subplot(grid[0, 0])
+    slow = {r.rank for r in summary.ranks if r.straggler}
     if names:
-        _curves(first, metrics, shown[0], legend=True)
+        _curves(first, metrics, shown[0], legend=True, stragglers=slow)
     else:
         _nothing(first, "no values were reported")
     _bars(figure.add_subplot(grid[0, 1]), summary)
     for i, name in enumerate(shown[1:]):
-        _curves(figure.add_subplot(grid[1 + i // 2, i % 2]), metrics, name, legend=False)
+        ax = figure.add_subplot(grid[1 + i // 2, i % 2])
+        _curves(ax, metrics, name, legend=False, stragglers=slow)
     for ax in figure.axes:
         _style(ax)
     if rest:

@@ -123,12 +123,31 @@ def ranks_table(cluster: DistCluster, every_rank: bool = False, age: bool = Fals
     if run is not None:
         title += f", run {run.name} in progress"
     if len(ranks) > BY_NODE_BEYOND and not every_rank:
-        return nodes_table(ranks, f"{title}, {len(ranks)} ranks (status --all: a row per rank)")
+        title += f", {len(ranks)} ranks (status --all: a row per rank)"
+        return _by_node(cluster, ranks, title)
     if len({r.node_rank for r in ranks}) > 1:
         nodes = [(r.rank, r.node_rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
         return Table(("rank", "node", "host", "pid", "device", "backend", "state"), nodes, title)
     rows = [(r.rank, r.host, r.pid, r.device, r.backend, r.state) for r in ranks]
     return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
+
+
+def _by_node(cluster: DistCluster, ranks: list[Any], title: str) -> Table:
+    """The table of nodes; with the slowest rank of each in the run going or, on an idle
+    cluster, in its last run (named in the title), from the run's summary."""
+    run = getattr(cluster.owner, "run", None)
+    if run is None or not run.metrics.ranks:
+        return nodes_table(ranks, title)
+    summary = run.metrics.run_summary(run.id, run.state.value, None)
+    # How long the others wait for a rank each step where the summary has it, else its
+    # time outside the all-reduce: one measure for every rank.
+    waits = {r.rank: getattr(r, "others_wait", None) for r in summary.ranks}
+    use_waits = any(v is not None for v in waits.values())
+    times = waits if use_waits else {r.rank: r.compute_time for r in summary.ranks}
+    slow = [r.rank for r in summary.ranks if r.straggler]
+    if cluster.owner.active_run() is None:
+        title += f"; slowest: in last run {run.name}"
+    return nodes_table(ranks, title, times, slow)
 
 
 def _duration(seconds: float) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import html
+import math
 import sys
 import threading
 import time
@@ -228,29 +229,89 @@ class Table:
 BY_NODE_BEYOND = 8  # ranks beyond which the status table has a row per node
 
 
-def nodes_table(ranks: Sequence[Any], title: str) -> Table:
+class NodesTable(Table):
+    """The table of nodes; in a notebook each node's ranks cell opens to its ranks
+    (a ``<details>`` of rank, host, pid, device, state), as the side panel's node rows."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        title: str,
+        members: Sequence[Sequence[Any]],
+    ) -> None:
+        super().__init__(columns, rows, title)
+        self.members = [list(m) for m in members]
+
+    def _repr_html_(self) -> str:
+        th = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        at = self.columns.index("ranks")
+        trs = []
+        for row, members in zip(self.rows, self.members, strict=True):
+            inner = "".join(
+                "<tr>"
+                + "".join(
+                    f"<td>{html.escape(str(v))}</td>"
+                    for v in (m.rank, m.host, m.pid, m.device, m.state)
+                )
+                + "</tr>"
+                for m in members
+            )
+            cells = [f"<td>{html.escape(v)}</td>" for v in row]
+            cells[at] = (
+                f"<td><details><summary>{html.escape(row[at])}</summary>"
+                "<table class='dist-notebook-table'><tr><th>rank</th><th>host</th>"
+                f"<th>pid</th><th>device</th><th>state</th></tr>{inner}</table>"
+                "</details></td>"
+            )
+            trs.append(f"<tr data-node='{html.escape(row[0])}'>{''.join(cells)}</tr>")
+        cap = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f"<table class='dist-notebook-table'>{cap}<tr>{th}</tr>{''.join(trs)}</table>"
+
+
+def nodes_table(
+    ranks: Sequence[Any],
+    title: str,
+    times: dict[int, float | None] | None = None,
+    stragglers: Iterable[int] = (),
+) -> NodesTable:
     """One row per node (RankInfos grouped by ``node_rank``): its hosts, its ranks written
-    compactly, their devices and backend, and how many ranks are in each state, the
-    rarest first (``1 dead, 7 idle``: what needs a look leads)."""
+    compactly, their devices and backend, how many ranks are in each state, the rarest
+    first (``1 dead, 7 idle``: what needs a look leads), and with *times* (a run's
+    ``compute_time`` by rank, from its summary) the node's slowest rank, marked when it
+    is the run's straggler."""
+    slow = set(stragglers)
     by_node: dict[int, list[Any]] = {}
     for r in ranks:
         by_node.setdefault(r.node_rank, []).append(r)
     rows = []
     for node, members in sorted(by_node.items()):
         states = Counter(m.state for m in members)
-        rows.append(
-            (
-                node,
-                ",".join(sorted({m.host for m in members})),
-                rank_set(m.rank for m in members),
-                len(members),
-                _devices(m.device for m in members),
-                ",".join(sorted({m.backend for m in members if m.backend})),
-                ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=_rarest)),
-            )
-        )
-    columns = ("node", "host", "ranks", "count", "devices", "backend", "states")
-    return Table(columns, rows, title)
+        row = [
+            node,
+            ",".join(sorted({m.host for m in members})),
+            rank_set(m.rank for m in members),
+            len(members),
+            _devices(m.device for m in members),
+            ",".join(sorted({m.backend for m in members if m.backend})),
+            ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=_rarest)),
+        ]
+        if times is not None:
+            row.append(_slowest([m.rank for m in members], times, slow))
+        rows.append(row)
+    columns = ["node", "host", "ranks", "count", "devices", "backend", "states"]
+    if times is not None:
+        columns.append("slowest")
+    return NodesTable(columns, rows, title, [m for _, m in sorted(by_node.items())])
+
+
+def _slowest(members: list[int], times: dict[int, float | None], slow: set[int]) -> str:
+    """The rank of *members* with the most time (``7``, ``7 straggler``), or ``-``."""
+    known = [(t, r) for r in members if (t := times.get(r)) is not None and math.isfinite(t)]
+    if not known:
+        return "-"
+    rank = max(known, key=lambda tr: (tr[0], -tr[1]))[1]
+    return f"{rank} straggler" if rank in slow else str(rank)
 
 
 def _rarest(item: tuple[str, int]) -> tuple[int, str]:

@@ -68,17 +68,35 @@ export interface INodeGroup {
   label: string;
   ranks: number[];
   states: string;
-  /** The rank with the most time outside comm in the run going (the summary's), or null. */
+  /** The rank the others wait for most in the run going (the summary's), or null. */
   slowest: number | null;
   /** Whether a rank of the node is the summary's straggler. */
   straggler: boolean;
 }
 
-/** What nodeGroups reads of a run's summary per rank (IRankSummary has it). */
+/**
+ * What nodeGroups reads of a run's summary per rank (an IRankSummary): how long the
+ * others wait for the rank each step, else its time outside the all-reduce (named
+ * compute_time in summaries of before).
+ */
 export interface IRankTime {
   rank: number;
-  compute_time: number | string | null;
   straggler: boolean;
+  others_wait?: number | string | null;
+  outside_comm_time?: number | string | null;
+  compute_time?: number | string | null;
+}
+
+type TimeField = 'others_wait' | 'outside_comm_time' | 'compute_time';
+
+function finiteTime(v: number | string | null | undefined): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
+/** The field nodeGroups ranks by: the first of IRankTime's any rank has (one for all). */
+export function slowField(stats: readonly IRankTime[]): TimeField | null {
+  const fields: TimeField[] = ['others_wait', 'outside_comm_time', 'compute_time'];
+  return fields.find(f => stats.some(s => finiteTime(s[f]) !== null)) ?? null;
 }
 
 /** The ranks grouped by node, in node order, with the run's slowest rank of each. */
@@ -87,6 +105,7 @@ export function nodeGroups(
   stats: readonly IRankTime[] = []
 ): INodeGroup[] {
   const byRank = new Map(stats.map(s => [s.rank, s]));
+  const field = slowField(stats);
   const groups = new Map<string, IRankModel[]>();
   for (const r of ranks) {
     const key = nodeKey(r);
@@ -98,8 +117,8 @@ export function nodeGroups(
     let slowest: number | null = null;
     let top = -Infinity;
     for (const m of members) {
-      const t = byRank.get(m.rank)?.compute_time;
-      if (typeof t === 'number' && Number.isFinite(t) && t > top) {
+      const t = field === null ? null : finiteTime(byRank.get(m.rank)?.[field]);
+      if (t !== null && t > top) {
         top = t;
         slowest = m.rank;
       }
