@@ -18,11 +18,9 @@ trait carries the static picture, which every open view shows.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +29,10 @@ from traitlets import Bool, Dict, Float, Int, Unicode
 
 from ..metrics import RunMetrics
 from ..protocol import Record, RunSummary
+from .thinning import MAX_POINTS, ThinnedLog, envelope, stride_for, thin
 
 STATIC = Path(__file__).resolve().parent / "static"
 FLUSH_EVERY = 0.15  # seconds between batches: the chart changes up to ~7 times a second
-MAX_POINTS = 4000  # records per rank sent as they are; beyond, min/max envelopes
 # What the feed sends whatever the rank count (64 ranks x 200 records/s sent as they came
 # were 2.2 MB/s to the browser): points a second, with a second's worth as a burst. Past
 # it, a rank's new records go as one min/max envelope, and past two points a rank per
@@ -82,48 +80,6 @@ class LiveRunWidget(anywidget.AnyWidget):
     final = Unicode("").tag(sync=True)
 
 
-def stride_for(count: int, max_points: int = MAX_POINTS) -> int:
-    """Records per bucket once a rank has *count*: 1 up to max_points, then powers of 2."""
-    stride = 1
-    while count > max_points * stride:
-        stride *= 2
-    return stride
-
-
-def _envelope(chunk: Sequence[Record]) -> list[Record]:
-    """Two records standing for *chunk*: each metric's lowest, then its highest value.
-
-    A non-finite value in the chunk is kept as the low one, so the gap still shows."""
-    if len(chunk) <= 2:
-        return list(chunk)
-    low: dict[str, float] = {}
-    high: dict[str, float] = {}
-    for rec in chunk:
-        for name, value in rec.metrics.items():
-            if not math.isfinite(value):
-                low[name] = value
-                continue
-            if name not in low or (math.isfinite(low[name]) and value < low[name]):
-                low[name] = value
-            if name not in high or value > high[name]:
-                high[name] = value
-    first, last = chunk[0], chunk[-1]
-    return [
-        dataclasses.replace(first, metrics=low),
-        dataclasses.replace(last, metrics={**low, **high}),
-    ]
-
-
-def thin(records: Sequence[Record], stride: int) -> list[Record]:
-    """*records* (one rank's, in order) as they are (stride 1) or as envelopes."""
-    if stride <= 1:
-        return list(records)
-    out: list[Record] = []
-    for i in range(0, len(records), stride):
-        out.extend(_envelope(records[i : i + stride]))
-    return out
-
-
 class LiveFeed:
     """Sends a run's new records and summary to a LiveRunWidget every FLUSH_EVERY s.
 
@@ -148,6 +104,13 @@ class LiveFeed:
         self._sent: dict[int, int] = {}  # records of each rank that reached the feed
         # Records held back by the point budget, per rank, the longest waiting first.
         self._waiting: dict[int, list[Record]] = {}
+        # Every record so far, thinned as it comes: what a late view's history is made of.
+        cap = min(MAX_POINTS, max(2, HISTORY_POINTS // max(1, len(metrics.ranks))))
+        self._logs: dict[int, ThinnedLog] = {r: ThinnedLog(cap) for r in metrics.ranks}
+        self._history_cap = cap
+        for rank in metrics.ranks:  # records the metrics had before the feed (an attach)
+            for rec in metrics.records(rank):
+                self._logs[rank].add(rec)
         self._tokens = float(POINTS_PER_S)
         self._filled = time.monotonic()
         self._summary_at = 0.0
@@ -176,19 +139,32 @@ class LiveFeed:
         while not self._stopped.wait(self.flush_every):
             self.flush()
 
-    def flush(self) -> None:
-        t = time.thread_time()
+    def _absorb(self) -> None:
+        """Move the records handed over into the history and the waiting lists (held
+        under ``_send_lock``: the feed's thread and a view's hello both come here)."""
         with self._lock:
             batch, self._pending = self._pending, []
         for rec in batch:
+            log = self._logs.get(rec.rank)
+            if log is None:
+                log = self._logs[rec.rank] = ThinnedLog(self._history_cap)
+            log.add(rec)
             self._waiting.setdefault(rec.rank, []).append(rec)
+
+    def flush(self) -> None:
+        t = time.thread_time()
+        with self._send_lock:
+            self._flush()
+        self.cpu += time.thread_time() - t
+
+    def _flush(self) -> None:
+        self._absorb()
         now = time.monotonic()
         self._tokens = min(float(POINTS_PER_S), self._tokens + (now - self._filled) * POINTS_PER_S)
         self._filled = now
         out = self._take(final=self._stopped.is_set())
         if out or self._dirty.is_set():
             self._send(out, reset=False, summary=self._summary_due(now))
-        self.cpu += time.thread_time() - t
 
     def _summary_due(self, now: float) -> bool:
         """Whether this message carries the summary: always on a state change or the
@@ -218,7 +194,7 @@ class LiveFeed:
             for rank in turn:
                 recs = self._waiting.pop(rank)
                 self._sent[rank] = self._sent.get(rank, 0) + len(recs)
-                out.extend(_envelope(recs))
+                out.extend(envelope(recs))
         self._tokens -= len(out)
         return out
 
@@ -226,14 +202,19 @@ class LiveFeed:
         return stride_for(self._sent.get(rank, 0) + new)
 
     def history(self) -> None:
-        """Send every record so far (thinned) with reset: for a view that came late."""
+        """Send every record so far (thinned) with reset: for a view that came late.
+
+        Costs the points sent, not the records: the history is kept thinned as it comes.
+        Records still waiting for the point budget are in it, so they are not sent again."""
         t = time.thread_time()
-        rows: list[Record] = []
-        cap = min(MAX_POINTS, max(2, HISTORY_POINTS // max(1, len(self.metrics.ranks))))
-        for rank in self.metrics.ranks:
-            recs = self.metrics.records(rank)
-            rows.extend(thin(recs, stride_for(len(recs), cap)))
-        self._send(rows, reset=True)
+        with self._send_lock:
+            self._absorb()
+            rows: list[Record] = []
+            for rank, log in self._logs.items():
+                rows.extend(log.points())
+                self._sent[rank] = log.count
+            self._waiting = {}
+            self._send(rows, reset=True)
         self.cpu += time.thread_time() - t
 
     def _send(self, records: list[Record], reset: bool, summary: bool = True) -> None:
@@ -246,8 +227,7 @@ class LiveFeed:
         }
         if reset:
             message["reset"] = True
-        with self._send_lock:
-            self.widget.send(message)
+        self.widget.send(message)
         self.messages += 1
         self.points += len(records)
 
