@@ -75,6 +75,13 @@ PRIVATES: tuple[Private, ...] = (
             "that subshell's end, with the live view's"),
     Private("ipykernel", "ipykernel.comm.comm:BaseComm", "_reply_subshell_for",
             "the subshell that handles a comm's messages"),
+    # (display/uipoll.RestoreRoute: a reloaded page's widget restore while a cell blocks)
+    Private("ipykernel", "ipykernel.kernelbase:Kernel", "shell_channel_thread_main",
+            "the shell-channel thread's receive callback, wrapped while a cell blocks"),
+    Private("ipykernel", "ipykernel.shellchannel:ShellChannelThread", "asyncio_lock",
+            "the shell-channel thread's routing lock (keeps arrival order)", instance=True),
+    Private("ipykernel", "ipykernel.subshell_manager:SubshellManager",
+            "get_shell_channel_to_subshell_socket", "the socket into the live view's subshell"),
     # IPython
     Private("IPython", "IPython.core.compilerop:CachingCompiler", "_filename_map",
             "cell file name -> execution count (a rank's line in a cell)", instance=True),

@@ -15,9 +15,22 @@ subshell's thread while the main thread waits on the ranks, and every other mess
 its place in the main shell's queue. ``close()`` routes the comm back to the main shell
 and deletes the subshell.
 
-Where the kernel has no subshells (ipykernel 6, a terminal IPython), ``available`` is
-False and the live view hides its Stop button in a blocking cell: the kernel's interrupt
-stops the run, as it always does.
+A page reloaded (or a second tab opened) while the cell blocks restores its widgets from
+the kernel: its widget manager asks for ``kernel_info`` and ``comm_info``, opens a comm of
+the ``jupyter.widget.control`` target and asks it for every model's state (or, failing
+that, each widget comm for its own). Those requests carry no comm of ours, so
+``RestoreRoute`` routes them too, for the time the cell blocks: the shell-channel thread's
+receive callback is wrapped so that these requests (and only these; they read state, they
+change none) go to the same subshell, everything else as before. A request that is not a
+comm message must name its subshell in its header, so it is re-signed with the kernel's
+own key after its signature was checked.
+
+All of ipykernel's private names used here are in ``PRIVATE`` and checked by
+``_manager`` (``dist_notebook.privates.PRIVATES`` lists them too, for its test against the
+installed ipykernel). Where the kernel lacks one (ipykernel 6, a terminal IPython, a later
+ipykernel that renamed them), ``available`` is False: the live view hides its Stop button
+in a blocking cell (the kernel's interrupt stops the run, as it always does) and a page
+reloaded during the cell gets its chart once the cell has ended.
 """
 
 from __future__ import annotations
@@ -27,15 +40,41 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_client.session import DELIM
+
 log = logging.getLogger("dist_notebook")
 CREATE_TIMEOUT = 5.0  # seconds to wait for the shell-channel thread to make the subshell
 
+# ipykernel 7's private names this module uses (ipykernel 7.0-7.4), in one place.
+PRIVATE = {
+    "kernel": ("shell_channel_thread", "shell_stream", "shell_channel_thread_main"),
+    "shell_channel_thread": ("manager", "asyncio_lock"),
+    "manager": (
+        "_create_subshell",
+        "_delete_subshell",
+        "_shell_channel_io_loop",
+        "get_shell_channel_to_subshell_socket",
+    ),
+    "comm": ("_reply_subshell_for",),  # read by the shell-channel thread, set here
+}
+# What a reloaded page's widget manager asks while restoring its widgets.
+RESTORE_REQUESTS = frozenset({"kernel_info_request", "comm_info_request"})
+CONTROL_TARGET = "jupyter.widget.control"  # ipywidgets' comm for all models' states
+
 
 def _manager(kernel: Any) -> Any:
-    """ipykernel 7's subshell manager, or None."""
-    manager = getattr(getattr(kernel, "shell_channel_thread", None), "manager", None)
-    needed = ("_create_subshell", "_delete_subshell", "_shell_channel_io_loop")
-    return manager if all(hasattr(manager, n) for n in needed) else None
+    """ipykernel 7's subshell manager, or None where a private name of PRIVATE is missing."""
+    if not all(hasattr(kernel, n) for n in PRIVATE["kernel"]):
+        return None
+    thread: Any = kernel.shell_channel_thread
+    if not all(hasattr(thread, n) for n in PRIVATE["shell_channel_thread"]):
+        return None
+    # The comm attribute is a name the kernel's routing reads (a constant of its code).
+    route = getattr(kernel.shell_channel_thread_main, "__code__", None)
+    if route is None or not set(PRIVATE["comm"]) <= set(route.co_consts):
+        return None
+    manager = thread.manager
+    return manager if all(hasattr(manager, n) for n in PRIVATE["manager"]) else None
 
 
 def _on_shell_channel(manager: Any, fn: Callable[[], Any]) -> Any:
@@ -80,6 +119,11 @@ class CommRoute:
         subshell = self.subshell
         # Read by the shell-channel thread for each comm_msg of this comm.
         comm._reply_subshell_for = lambda _data, _default: subshell
+        self._restore: RestoreRoute | None = None
+        try:
+            self._restore = RestoreRoute(kernel, self._manager, subshell)
+        except (TimeoutError, RuntimeError) as e:
+            log.warning("a page reloaded during this cell gets its chart at the end: %s", e)
 
     @property
     def available(self) -> bool:
@@ -89,6 +133,8 @@ class CommRoute:
         subshell, self.subshell = self.subshell, None
         if subshell is None:
             return
+        if self._restore is not None:
+            self._restore.close()
         # The comm may outlive the route (a widget kept open for a reloaded page): its
         # messages go back to the main shell, not to a subshell that no longer exists
         # (the kernel drops those, and a late page's request for the state got no answer).
@@ -98,3 +144,86 @@ class CommRoute:
             _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell))
         except (TimeoutError, RuntimeError, KeyError) as e:
             log.warning("the live view's subshell was not deleted: %s", e)
+
+
+class RestoreRoute:
+    """While a cell blocks: a reloaded page's widget-restore requests go to *subshell*.
+
+    The shell-channel thread's receive callback is wrapped (``on_recv`` replaces it) and
+    put back by ``close()``. Diverted: ``RESTORE_REQUESTS``; a ``comm_open`` of the
+    ``CONTROL_TARGET`` and that comm's later messages; a widget comm's ``request_state``.
+    Every other message takes the kernel's own path, in its order.
+    """
+
+    def __init__(self, kernel: Any, manager: Any, subshell: str) -> None:
+        self._kernel = kernel
+        self._manager = manager
+        self._subshell = subshell
+        self._session = kernel.session
+        self._original = kernel.shell_channel_thread_main
+        self._lock = kernel.shell_channel_thread.asyncio_lock
+        self._control: set[str] = set()  # the control comms opened through this route
+        self.diverted: list[str] = []  # msg_types sent to the subshell (for tests)
+        stream = kernel.shell_stream
+        _on_shell_channel(manager, lambda: stream.on_recv(self._receive, copy=False))
+        self._closed = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        stream, original = self._kernel.shell_stream, self._original
+        try:
+            _on_shell_channel(self._manager, lambda: stream.on_recv(original, copy=False))
+        except (TimeoutError, RuntimeError) as e:
+            log.warning("the kernel's shell receive callback was not put back: %s", e)
+
+    async def _receive(self, frames: list[Any]) -> None:
+        """On the shell-channel thread: one message from the front end."""
+        try:
+            out = self._diverted(frames)
+        except Exception as e:  # a malformed message: the kernel's own path reports it
+            log.debug("not diverted: %s", e)
+            out = None
+        if out is None:
+            await self._original(frames)
+            return
+        # Under the kernel's lock, as its own routing: messages keep their arrival order.
+        async with self._lock:
+            socket = self._manager.get_shell_channel_to_subshell_socket(self._subshell)
+            socket.send_multipart(out, copy=False)
+
+    def _diverted(self, frames: list[Any]) -> list[Any] | None:
+        """The frames to send to the subshell, or None for the kernel's own path."""
+        session = self._session
+        idents, msg_list = session.feed_identities(frames, copy=False)
+        # Checks the signature (and that it was never seen) without keeping it.
+        msg = session.deserialize(msg_list, content=False, copy=False)
+        kind = msg["header"]["msg_type"]
+        if kind in RESTORE_REQUESTS:
+            return self._resigned(idents, msg_list, kind)
+        if kind not in ("comm_open", "comm_msg", "comm_close"):
+            return None
+        content = session.unpack(bytes(msg_list[4].bytes))
+        comm_id = content.get("comm_id")
+        if kind == "comm_open":
+            if content.get("target_name") != CONTROL_TARGET:
+                return None
+            self._control.add(comm_id)
+            return self._resigned(idents, msg_list, kind)
+        data = content.get("data")
+        state_asked = isinstance(data, dict) and data.get("method") == "request_state"
+        if comm_id in self._control or (kind == "comm_msg" and state_asked):
+            self.diverted.append(kind)
+            return frames  # a comm message may go to any subshell as it is
+        return None
+
+    def _resigned(self, idents: list[bytes], msg_list: list[Any], kind: str) -> list[Any]:
+        """The message with its header naming the subshell, signed with the kernel's key."""
+        session = self._session
+        parts = [bytes(m.bytes) for m in msg_list[1:5]]
+        header = session.unpack(parts[0])
+        header["subshell_id"] = self._subshell
+        parts[0] = session.pack(header)
+        self.diverted.append(kind)
+        return [*idents, DELIM, session.sign(parts), *parts, *msg_list[5:]]
