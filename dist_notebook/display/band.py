@@ -15,7 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 BANDED_BEYOND = 8  # ranks beyond which the picture is banded (the live chart's rule)
-DEVIATING = 3  # the ranks the banded picture names and draws
+DEVIATING = 3  # the ranks the banded picture names and draws, at most
+# A rank is named only when it strays from the median more than DEVIATION_FACTOR x the
+# median rank's distance, and by more than DEVIATION_FLOOR of the band's width: ranks
+# spread evenly (the lowest and highest are the band's edges) name nobody.
+DEVIATION_FACTOR = 3.0
+DEVIATION_FLOOR = 0.1
 
 
 @dataclass
@@ -76,6 +81,9 @@ def band_of(series: Series, buckets: int) -> Band:
 
 
 def most_deviating(deviation: Mapping[int, float], count: int = DEVIATING) -> list[int]:
-    """The *count* ranks farthest from the median (ties by rank), none that never leave it."""
-    ranked = sorted((r for r, d in deviation.items() if d > 0), key=lambda r: (-deviation[r], r))
+    """At most *count* ranks that stray from the others, the farthest first (ties by rank):
+    by more than DEVIATION_FACTOR x the median rank's distance and DEVIATION_FLOOR."""
+    typical = statistics.median(deviation.values()) if deviation else 0.0
+    bar = max(DEVIATION_FLOOR, DEVIATION_FACTOR * typical)
+    ranked = sorted((r for r, d in deviation.items() if d > bar), key=lambda r: (-deviation[r], r))
     return ranked[:count]

@@ -87,7 +87,7 @@ export interface IRankTime {
   compute_time?: number | string | null;
 }
 
-type TimeField = 'others_wait' | 'outside_comm_time' | 'compute_time';
+export type TimeField = 'others_wait' | 'outside_comm_time' | 'compute_time';
 
 function finiteTime(v: number | string | null | undefined): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;

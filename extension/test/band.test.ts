@@ -65,6 +65,17 @@ describe('bandOf', () => {
     assert.deepEqual(mostDeviating(band.deviation, 1), [9]);
   });
 
+  it('names nobody when the ranks spread evenly (the edges are not strays)', () => {
+    const band = bandOf(
+      ranks(32, (r, s) => 1 / (1 + s) + 0.002 * r),
+      'step',
+      1000,
+      null,
+      200
+    );
+    assert.deepEqual(mostDeviating(band.deviation), []);
+  });
+
   it('names nobody when every rank is the median', () => {
     const band = bandOf(
       ranks(16, (_, s) => s),

@@ -58,6 +58,8 @@ def test_band_of_gives_median_and_min_max_and_names_who_strays() -> None:
     assert len(band.x) == 30
     assert all(math.isclose(hi - lo, 0.8) for lo, hi in zip(band.lo, band.hi, strict=True))
     assert most_deviating(band.deviation) == [9, 20]
+    even = band_of({r: (xs, [x + 0.01 * r for x in xs]) for r in range(32)}, 500)
+    assert most_deviating(even.deviation) == []  # the band's edges are not strays
     same = band_of({r: (xs, xs) for r in range(16)}, 500)
     assert most_deviating(same.deviation) == []  # equal curves name nobody
 

@@ -12,8 +12,15 @@ import { IPoint, IRange, xOf, XAxis } from './data';
 
 /** Ranks beyond which the chart is banded (as `%dist_cluster status` is by node). */
 export const BANDED_BEYOND = 8;
-/** How many of the most deviating ranks the banded chart names and draws. */
+/** How many of the most deviating ranks the banded chart names and draws, at most. */
 export const DEVIATING = 3;
+/**
+ * A rank is named only when it strays from the median more than this multiple of the
+ * median rank's distance, and by more than DEVIATION_FLOOR of the band's width: ranks
+ * spread evenly (the lowest and highest are the band's edges) name nobody.
+ */
+export const DEVIATION_FACTOR = 3;
+export const DEVIATION_FLOOR = 0.1;
 
 /** One bucket of the band: x (its centre), the ranks' min, median and max. */
 export interface IBandPoint {
@@ -152,15 +159,17 @@ export function bandOf(
 }
 
 /**
- * The *count* ranks that deviate most (largest first, ties by rank), leaving out ranks
- * that never leave the median (a band of equal curves names nobody).
+ * At most *count* ranks that stray from the others (largest first, ties by rank): by
+ * more than DEVIATION_FACTOR x the median rank's distance and DEVIATION_FLOOR.
  */
 export function mostDeviating(
   deviation: ReadonlyMap<number, number>,
   count = DEVIATING
 ): number[] {
+  const typical = median([...deviation.values()].concat(deviation.size ? [] : [0]));
+  const bar = Math.max(DEVIATION_FLOOR, DEVIATION_FACTOR * typical);
   return [...deviation.entries()]
-    .filter(([, d]) => d > 0)
+    .filter(([, d]) => d > bar)
     .sort((a, b) => b[1] - a[1] || a[0] - b[0])
     .slice(0, count)
     .map(([rank]) => rank);

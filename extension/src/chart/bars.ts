@@ -8,16 +8,29 @@ import type { IHostSummary, IRankSummary, IRunSummary } from '../protocol';
 import { h, setText, syncChildren } from '../dom';
 import { BANDED_BEYOND } from './band';
 import { colorIndex, formatNumber, toNumber } from './data';
+import { IRankTime, slowField } from '../nodes';
+
+function finite(v: number | string | null | undefined): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
 
 /** Bars kept beyond BANDED_BEYOND ranks: the ranks with the fewest samples/s. */
 export const SLOWEST_BARS = 4;
 
-/** The rows shown beyond BANDED_BEYOND ranks: stragglers and the slowest, in rank order. */
+/**
+ * The rows shown beyond BANDED_BEYOND ranks: stragglers and the slowest, in rank order.
+ * Slowest: the fewest samples/s, then (in lockstep DDP every rank has the same) the
+ * longest wait the others have for it.
+ */
 export function slowestRows(rows: readonly IBarRow[], count = SLOWEST_BARS): IBarRow[] {
   const slowest = new Set(
     rows
       .filter(r => r.samplesPerS !== null)
-      .sort((a, b) => (a.samplesPerS ?? 0) - (b.samplesPerS ?? 0))
+      .sort(
+        (a, b) =>
+          (a.samplesPerS ?? 0) - (b.samplesPerS ?? 0) ||
+          (b.wait ?? -Infinity) - (a.wait ?? -Infinity)
+      )
       .slice(0, count)
       .map(r => r.key)
   );
@@ -33,9 +46,12 @@ export interface IBarRow {
   stepTime: number | null;
   commShare: number | null;
   straggler: boolean;
+  /** How long the others wait for this rank (see nodes.slowField); null: unknown. */
+  wait?: number | null;
 }
 
 export function rankRows(ranks: readonly IRankSummary[]): IBarRow[] {
+  const field = slowField(ranks);
   return ranks.map(r => ({
     key: `rank-${r.rank}`,
     label: `rank ${r.rank}`,
@@ -43,7 +59,8 @@ export function rankRows(ranks: readonly IRankSummary[]): IBarRow[] {
     samplesPerS: toNumber(r.samples_per_s),
     stepTime: toNumber(r.step_time),
     commShare: toNumber(r.comm_share),
-    straggler: r.straggler
+    straggler: r.straggler,
+    wait: field === null ? null : finite((r as IRankTime)[field])
   }));
 }
 

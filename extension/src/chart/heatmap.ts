@@ -179,7 +179,10 @@ export class HeatmapView {
     heat.rows.forEach((row, i) => {
       row.forEach((v, j) => {
         ctx.fillStyle = heatColor(v, heat.median);
-        ctx.fillRect(LABEL_W + j * cw, i * this._rowH, Math.ceil(cw), this._rowH);
+        // Whole pixels, each cell meeting the next: no seams between columns.
+        const x0 = Math.floor(LABEL_W + j * cw);
+        const x1 = Math.ceil(LABEL_W + (j + 1) * cw);
+        ctx.fillRect(x0, i * this._rowH, x1 - x0, this._rowH);
       });
     });
     // Rank labels: every rank where rows are tall enough, else every 8th.
