@@ -1,7 +1,7 @@
 """Output at scale, on real local CPU clusters of 16 ranks and (slow) 64 ranks: a line every
 rank prints is one line, lines that differ one per content in rank order, the same error
 one traceback under its ranks, different errors once each; ``--no-fold`` a line per rank;
-``%dist_cluster status`` a row per node (``--all``: per rank).
+``%dist_cluster status`` a row per node (``--all``: per rank), naming its slowest rank after a run.
 
 A line waits long enough here (``held``) for every rank's same line, so that a busy
 machine cannot split a fold: the test is of what folds, tests/magics/test_folding.py
@@ -140,3 +140,26 @@ def test_status_is_a_row_per_node(
     shell.run_line_magic("dist_cluster", "status --all")
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + n and str(cluster.ranks[-1].pid) in lines[-1]
+
+
+def test_status_by_node_names_the_slowest_rank_of_a_run(
+    shell: Any, cluster: DistCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a run, each node's row names its slowest rank (the most time outside the
+    all-reduce, from the run's summary): here the rank that sleeps 15 x longer a step."""
+    n = cluster.n
+    slow = n - 3
+    cell = (
+        "%%dist_train --name nodes --no-dashboard\nimport time\nfor step in range(10):\n"
+        f"    time.sleep(0.3 if rank == {slow} else 0.02)\n    report(step=step, loss=1.0)\n"
+    )
+    result = shell.run_cell(cell)
+    assert result.success, result.error_in_exec
+    capsys.readouterr()
+    shell.run_line_magic("dist_cluster", "status")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; slowest: in last run nodes"), lines
+    assert lines[1].split()[-1] == "slowest", lines
+    row = lines[2].split()
+    assert row[:3] == ["0", cluster.ranks[0].host, f"0-{n - 1}"], lines
+    assert row[-1] == str(slow) or row[-2:] == [str(slow), "straggler"], lines
