@@ -263,12 +263,15 @@ def flight_recorder_json() -> str | None:
     """torch's flight recorder dump as JSON, or None for a torch without one.
 
     ``torch._C._distributed_c10d._dump_fr_trace_json(include_collectives,
-    only_active)`` (torch 2.5-2.13): entries oldest first, each with
+    only_active)`` (torch 2.5-2.13, which returns bytes): entries oldest first, each with
     ``process_group``, ``profiling_name`` and ``is_p2p``."""
     from torch._C import _distributed_c10d
 
     dump: Any = getattr(_distributed_c10d, "_dump_fr_trace_json", None)
-    return None if dump is None else str(dump(True, False))
+    if dump is None:
+        return None
+    raw = dump(True, False)  # bytes in torch 2.13
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def ddp_logging_data(model: Any) -> dict[str, Any]:

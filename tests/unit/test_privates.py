@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import inspect
 import io
+import json
 import tokenize
 from pathlib import Path
 
@@ -70,6 +71,13 @@ def test_each_private_name_exists_in_the_installed_version(private: Private) -> 
         f"{private.library} {installed} (fence checked with {checked}) has no "
         f"{private.owner}.{private.name}, which dist-notebook uses for: {private.why}"
     )
+
+
+def test_the_flight_recorder_dump_is_json_text() -> None:
+    dumped = privates.flight_recorder_json()
+    assert dumped is not None, f"torch {_installed('torch')} has no flight recorder"
+    assert isinstance(dumped, str)
+    assert isinstance(json.loads(dumped), dict)
 
 
 def test_the_checked_versions_are_named_for_every_library() -> None:
