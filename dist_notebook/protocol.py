@@ -20,9 +20,11 @@ The states
 
 The derived measures
     Computed once, here, from the last ``WINDOW`` records of each rank: step time,
-    samples/s, communication time and share, compute time (step time minus communication)
-    and the straggler: in lockstep DDP every rank shows the same step time (the fast ones
-    wait in the all-reduce), so the straggler is the rank with the most compute time.
+    samples/s, communication time and share, the time outside the gradient all-reduce
+    (step time minus comm time: not the rank's compute, since DDP's all-reduce span
+    overlaps the backward computed after the first bucket), how long the other ranks wait
+    for the rank each step, and the straggler (``mark_stragglers``): the rank the others
+    wait for in most steps of the window, by a share of the step.
 """
 
 from __future__ import annotations
@@ -37,8 +39,18 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 PROTOCOL_VERSION = 2
 WINDOW = 20  # records per rank behind every derived measure
-STRAGGLER_FACTOR = 1.2  # compute time above this multiple of the median rank's: a straggler
-STRAGGLER_MIN_DELAY = 0.1  # ... that delays every step by at least this share of a step
+# A straggler: in at least STRAGGLER_PERSISTENCE of the window's steps the others wait for
+# it (its time outside the all-reduce minus the other ranks' median at the same step is
+# positive), and by at least STRAGGLER_MIN_SHARE of its step time (the median of that
+# difference), over at least STRAGGLER_MIN_SAMPLES steps every rank reported. Who arrives
+# last at the all-reduce of healthy ranks is a coin toss each step, however large the
+# step-to-step noise. Measured (bench/straggler.py: 2 CPU ranks, load average 5-16, with
+# and without two CPU hogs, every 20-step window of 60-step runs): healthy ranks were
+# waited for in at most 17 of 20 steps (one window in ~500; at a run's end at most 13), a
+# rank sleeping 30 ms a step in at least 19 of 20.
+STRAGGLER_PERSISTENCE = 0.9
+STRAGGLER_MIN_SHARE = 0.2
+STRAGGLER_MIN_SAMPLES = 10
 # System fields of a record, in the order they travel on the wire.
 SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
 # What a rank's GPU sampler may add to a record (NVML, 1-2 Hz): utilisation (0-1),
@@ -327,32 +339,59 @@ class RankSummary:
     samples_per_s: float | None
     comm_time: float | None
     comm_share: float | None
-    compute_time: float | None
+    # Median of step time minus comm time: the time outside the gradient all-reduce (named
+    # compute_time before; it is not compute: see the module's docstring).
+    outside_comm_time: float | None
     last_time: float | None
     gpu_util: float | None = None
     gpu_mem: float | None = None
     gpu_power: float | None = None
+    # How long the other ranks wait for this one each step: the median over the window's
+    # steps of its time outside the all-reduce minus the other ranks' median at that step
+    # (negative: it waits for them); and the share of those steps in which it is positive.
+    # Set by mark_stragglers (None without STRAGGLER_MIN_SAMPLES steps every rank reported).
+    others_wait: float | None = None
+    waited_for_share: float | None = None
     straggler: bool = False
+    # Per step of the window: the time outside the all-reduce (for mark_stragglers; not
+    # sent: to_json and the TypeScript leave it out).
+    per_step: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def compute_time(self) -> float | None:
+        """The former name of ``outside_comm_time``, for code written with it."""
+        return self.outside_comm_time
 
     def to_json(self) -> dict[str, Any]:
         return {
             f.name: json_value(v) if isinstance(v := getattr(self, f.name), float) else v
-            for f in fields(self)
+            for f in _sent(self)
         }
+
+
+def _sent(obj: Any) -> list[Any]:
+    """The dataclass fields that travel (all but RankSummary.per_step)."""
+    return [f for f in fields(obj) if f.name != "per_step"]
 
 
 @dataclass
 class HostSummary:
-    """The ranks of one host (a node): their total samples/s and slowest compute time."""
+    """The ranks of one host (a node): their total samples/s, the longest time outside the
+    all-reduce of its ranks, and whether one of them is a straggler."""
 
     host: str
     ranks: list[int]
     samples_per_s: float | None
-    compute_time: float | None
+    outside_comm_time: float | None
     straggler: bool = False
 
+    @property
+    def compute_time(self) -> float | None:
+        """The former name of ``outside_comm_time``, for code written with it."""
+        return self.outside_comm_time
+
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in _sent(self)}
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -374,12 +413,13 @@ def summarize_rank(
     and a few facts about its whole history (how many records, first/last step, loss)."""
     step_time = _median(r.step_time for r in recent)
     comm_time = _median(r.comm_time for r in recent)
-    # comm_time is DDP's sampled estimate: on a busy machine it can exceed a step's time.
-    compute = _median(
-        max(0.0, r.step_time - min(r.comm_time or 0.0, r.step_time))
-        for r in recent
-        if r.step_time is not None and math.isfinite(r.step_time)
-    )
+    # Per record: the step's time outside the all-reduce (comm_time is at most the step's
+    # time, report() keeps it so; min() for records of older writers).
+    timed = [r for r in recent if r.step_time is not None and math.isfinite(r.step_time)]
+    outside = [t - min(r.comm_time or 0.0, t) for r in timed if (t := r.step_time) is not None]
+    # The straggler rule pairs steps across ranks. On a GPU comm_time is one sampled step
+    # in 100, smoothed (engine/commtime.py): the pairs then share one estimate of the skew.
+    per_step = {r.step: v for r, v in zip(timed, outside, strict=True) if r.step is not None}
     counted = [r for r in recent if r.samples is not None and math.isfinite(r.samples)]
     samples_per_s = None
     if len(counted) >= 2:
@@ -405,34 +445,48 @@ def summarize_rank(
         samples_per_s=samples_per_s,
         comm_time=comm_time,
         comm_share=share,
-        compute_time=compute,
+        outside_comm_time=_median(outside),
         last_time=recent[-1].time if recent else None,
         gpu_util=gpu.get("util"),
         gpu_mem=gpu.get("mem"),
         gpu_power=gpu.get("power"),
+        per_step=per_step,
     )
 
 
 def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
-    """Flag the ranks whose compute time exceeds STRAGGLER_FACTOR x the median rank's.
+    """Set each rank's ``others_wait`` and ``waited_for_share``; flag the ranks the others
+    wait for.
 
-    Compute time, not step time: in lockstep DDP the healthy ranks wait in the all-reduce
-    for the slow one, so every rank's step time is the same and only compute tells them
-    apart. A rank is flagged only when its extra compute delays each step by at least
-    STRAGGLER_MIN_DELAY of a step (on a busy machine, a few percent of jitter between two
-    ranks is not a straggler). Needs two ranks with a compute time.
+    In lockstep DDP every rank has the same step time: the ranks that arrive first at the
+    gradient all-reduce wait in it for the last one, so the last one spends longer outside
+    it. Per step of the window (the steps every rank reported), a rank's time outside the
+    all-reduce minus the other ranks' median is how long they waited for it (without comm
+    times, as in a loop with no collective, the difference of step times). Which healthy
+    rank arrives last changes from step to step (measured on 2 CPU ranks: +-5-50 ms under
+    load, and a skew of up to 40% of a step from CPU contention alone in a window), so
+    the flag asks for persistence, not size alone: waited for in at least
+    STRAGGLER_PERSISTENCE of the steps, by a median of at least STRAGGLER_MIN_SHARE of its
+    step time.
     """
-    known = [s.compute_time for s in summaries if s.compute_time is not None]
-    median = _median(known) if len(known) >= 2 else None
+    timed = [s for s in summaries if s.per_step]
     for s in summaries:
-        extra = (s.compute_time - median) if median and s.compute_time is not None else 0.0
-        # Also worth flagging only when it costs: the others wait `extra` every step, so
-        # a difference below STRAGGLER_MIN_DELAY of a step is noise, not a straggler.
+        s.others_wait = s.waited_for_share = None
+        s.straggler = False
+    if len(timed) < 2:
+        return summaries
+    steps = sorted(set.intersection(*(set(s.per_step) for s in timed)))
+    if len(steps) < STRAGGLER_MIN_SAMPLES:
+        return summaries
+    for s in timed:
+        others = [o for o in timed if o is not s]
+        waits = [s.per_step[k] - statistics.median(o.per_step[k] for o in others) for k in steps]
+        s.others_wait = statistics.median(waits)
+        s.waited_for_share = sum(w > 0 for w in waits) / len(waits)
         s.straggler = bool(
-            median
-            and s.compute_time is not None
-            and s.compute_time > STRAGGLER_FACTOR * median
-            and extra >= STRAGGLER_MIN_DELAY * (s.step_time or 0.0)
+            s.step_time
+            and s.waited_for_share >= STRAGGLER_PERSISTENCE
+            and s.others_wait >= STRAGGLER_MIN_SHARE * s.step_time
         )
     return summaries
 
@@ -445,13 +499,13 @@ def summarize_hosts(summaries: Sequence[RankSummary]) -> list[HostSummary]:
     out = []
     for host, ranks in by_host.items():
         rates = [s.samples_per_s for s in ranks if s.samples_per_s is not None]
-        computes = [s.compute_time for s in ranks if s.compute_time is not None]
+        outside = [s.outside_comm_time for s in ranks if s.outside_comm_time is not None]
         out.append(
             HostSummary(
                 host=host,
                 ranks=[s.rank for s in ranks],
                 samples_per_s=sum(rates) if rates else None,
-                compute_time=max(computes) if computes else None,
+                outside_comm_time=max(outside) if outside else None,
                 straggler=any(s.straggler for s in ranks),
             )
         )
@@ -537,7 +591,7 @@ def _ts_type(tp: Any) -> str:
 def _ts_interface(cls: type, name: str, doc: str) -> str:
     hints = get_type_hints(cls)
     lines = [f"/** {doc} */", f"export interface {name} {{"]
-    for f in fields(cls):
+    for f in _sent(cls):
         lines.append(f"  {f.name}: {_ts_type(hints[f.name])};")
     return "\n".join(lines + ["}"])
 
@@ -547,8 +601,9 @@ def typescript() -> str:
     out = [_TS_HEADER]
     out.append(f"export const PROTOCOL_VERSION = {PROTOCOL_VERSION};")
     out.append(f"export const WINDOW = {WINDOW};")
-    out.append(f"export const STRAGGLER_FACTOR = {STRAGGLER_FACTOR};")
-    out.append(f"export const STRAGGLER_MIN_DELAY = {STRAGGLER_MIN_DELAY};")
+    out.append(f"export const STRAGGLER_PERSISTENCE = {STRAGGLER_PERSISTENCE};")
+    out.append(f"export const STRAGGLER_MIN_SHARE = {STRAGGLER_MIN_SHARE};")
+    out.append(f"export const STRAGGLER_MIN_SAMPLES = {STRAGGLER_MIN_SAMPLES};")
     out.append(
         '/** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */\n'
         "export type JsonNumber = number | 'nan' | 'inf' | '-inf';"

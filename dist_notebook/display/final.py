@@ -283,6 +283,7 @@ def _row(s: RankSummary, state: str, columns: list[str], values: Values | None) 
         _fmt(s.samples_per_s, "{:,.0f}"),
         _fmt(s.step_time and s.step_time * 1000, "{:.1f}"),
         _fmt(s.comm_share and s.comm_share * 100, "{:.0f}%"),
+        _fmt(None if s.others_wait is None else s.others_wait * 1000, "{:.1f}"),
         "straggler" if s.straggler else "",
     ]
     return f"<tr data-rank='{s.rank}'{mark}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
@@ -297,7 +298,12 @@ def final_html(
 ) -> str:
     """The picture and the per-rank table (a column per metric), as one HTML block."""
     columns = _columns(summary, values)
-    titles = ["rank", "host", "state", "steps", *columns, "samples/s", "step ms", "comm", ""]
+    # "others wait": how long, per step, the other ranks wait for this one (the straggler's
+    # measure, protocol.mark_stragglers; negative: it waits for them).
+    titles = [
+        *("rank", "host", "state", "steps", *columns),
+        *("samples/s", "step ms", "comm", "others wait ms", ""),
+    ]
     head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
     rows = "".join(_row(s, states.get(s.rank, "-"), columns, values) for s in summary.ranks)
     if values is not None and not any(values.get(r.rank) for r in summary.ranks):

@@ -2,22 +2,33 @@
 
 DDP's reducer already times every iteration in C++ (CPU clocks, or CUDA events on a GPU)
 and, on sampled iterations, stores the span from the first bucket's all-reduce to the
-end of the reduction (``backward_comm_time``) in its logging data. While a
+end of the reduction (``backward_comm_time``) in its logging data. That span overlaps the
+backward computed after the first bucket and includes the wait for the slowest rank: the
+rank that arrives first at the all-reduce shows the longest span. While a
 ``%%dist_train`` run is active, every ``DistributedDataParallel`` built on the rank is
-registered here and sampled every ``SAMPLE_RATE`` iterations (DDP's default is 100); the
-gradient all-reduce itself stays DDP's built-in C++ one, whatever hook the user sets.
+registered here; the gradient all-reduce itself stays DDP's built-in C++ one, whatever
+hook the user sets.
+
+On CPU ranks every iteration is sampled (``SAMPLE_RATE``; a CPU sample is two clock
+reads) and every ``report()`` reads the latest sample (~10 us): each record's comm_time
+is that step's own span. Measured on 2 CPU ranks: which rank arrives first at the
+all-reduce changes from step to step by +-5-10 ms, so one sampled step in ten, smoothed
+and read twice a second (the former rule) left 1-3 distinct values in a 20-record window,
+and a single step's skew looked like a steady gap between two healthy ranks. On a GPU
+each sample waits for the previous step's CUDA events (a sync): DDP's own rate (one in
+100) is kept there, read at most every ``REFRESH_SECONDS`` and smoothed, so a run costs
+exactly what DDP costs under torchrun; the straggler rule's per-step pairs then share
+one smoothed estimate of the ranks' skew (not measured on a GPU here).
 
 Why not a Python communication hook around the all-reduce: it runs on every bucket of
 every step (a Python call and a future callback on gloo's thread, holding the GIL) and
 replaces DDP's C++ all-reduce by the Python default hook, for the whole life of the
-model: a hook cannot be removed, so "one step in N" timing would still pay on every step.
+model: a hook cannot be removed.
 
-At each ``report()`` the rank sends ``comm_time``: the latest sampled per-iteration
-communication time (an average over the last samples, at most the step's own time) times
-the DDP iterations per report (1 when the loop reports every step). Reading DDP's logging
-data costs ~80 us, so it is read at most every ``REFRESH_SECONDS``; between reads a
-report costs a few arithmetic operations. The first report of a run has no comm_time
-(DDP fills its statistics at the next forward).
+At each ``report()`` the rank sends ``comm_time``: the latest per-iteration communication
+time (at most the step's own time) times the DDP iterations per report (1 when the loop
+reports every step). The first report of a run has no comm_time (DDP fills its
+statistics at the next forward).
 """
 
 from __future__ import annotations
@@ -29,15 +40,16 @@ from typing import Any
 
 from .. import privates
 
-# DDP iterations between timed samples on CPU (DDP's own default: 100). On a GPU each
-# sample waits for the previous step's CUDA events (a sync): DDP's own rate is kept
-# there, so a run costs exactly what DDP costs under torchrun.
-SAMPLE_RATE = 10
-REFRESH_SECONDS = 0.5  # how often the step hook reads DDP's logging data
-_SMOOTHING = 0.5  # weight of a new sample in the running per-iteration average
+# DDP iterations between timed samples on CPU: every one (DDP's own default, kept on a
+# GPU, is 100: there each sample waits for the previous step's CUDA events, a sync).
+SAMPLE_RATE = 1
+REFRESH_SECONDS = 0.5  # with a GPU model: how often the step hook reads DDP's logging data
+_SMOOTHING = 0.5  # with a GPU model: weight of a new sample in the running average
+_COUNT_AFTER = 20  # DDP iterations seen before iterations per report are counted
 
 _lock = threading.Lock()
 _models: weakref.WeakSet[Any] = weakref.WeakSet()
+_on_gpu: weakref.WeakSet[Any] = weakref.WeakSet()  # the watched models on a GPU
 _original_init: Any = None
 
 
@@ -51,7 +63,8 @@ class _Estimate:
         self.per_iteration: float | None = None  # seconds
         self.per_report = 1.0  # DDP iterations per report() call
         self.next_read = 0.0
-        self.reports = 0  # report() calls since the last read that saw iterations move
+        self.reports = 0  # report() calls since iterations per report were last counted
+        self.moved = 0  # DDP iterations since then
         self.seen: dict[int, int] = {}  # id(model) -> last sampled iteration
 
     def read(self, now: float) -> None:
@@ -73,12 +86,15 @@ class _Estimate:
                 self.seen[id(model)] = iteration
         if fresh:
             old = self.per_iteration
-            self.per_iteration = total if old is None else old + _SMOOTHING * (total - old)
-        if moved >= 2 * SAMPLE_RATE and self.reports:
+            if old is None or not _on_gpu:
+                self.per_iteration = total  # CPU: this iteration's own span
+            else:
+                self.per_iteration = old + _SMOOTHING * (total - old)
+        self.moved += moved
+        if self.moved >= _COUNT_AFTER and self.reports:
             # Enough iterations for a fair count; a loop reporting every step gives ~1.
-            self.per_report = max(1.0, moved / self.reports)
-        if moved:
-            self.reports = 0
+            self.per_report = max(1.0, self.moved / self.reports)
+            self.moved = self.reports = 0
 
 
 _estimate = _Estimate()
@@ -96,8 +112,9 @@ def comm_metrics(now: float) -> dict[str, float]:
     estimate = _estimate
     with _lock:
         estimate.reports += 1
-        # Until the first sample is in (the second step), look at every report.
-        if now >= estimate.next_read or estimate.per_iteration is None:
+        # CPU: every report reads this step's sample; on a GPU at most every
+        # REFRESH_SECONDS, and every report until the first sample is in.
+        if not _on_gpu or now >= estimate.next_read or estimate.per_iteration is None:
             estimate.read(now)
         per_iteration = estimate.per_iteration
         per_report = estimate.per_report
@@ -117,6 +134,8 @@ def _watch(ddp: Any) -> None:
         return  # a DDP without a C++ reducer (python reducer): nothing to read
     with _lock:
         _models.add(ddp)
+        if on_gpu:
+            _on_gpu.add(ddp)
 
 
 def install() -> None:
@@ -153,4 +172,5 @@ def uninstall() -> None:
     remove_step_hook(comm_metrics)
     with _lock:
         _models.clear()
+        _on_gpu.clear()
         _estimate.reset()

@@ -26,7 +26,8 @@ GET  runs/<id>/metrics?since=<seq>&limit=<n>
                                    JSON ("nan", "inf", "-inf" for non-finite ones).
 GET  runs/<id>/summary             the run's derived measures (protocol.RunSummary):
                                    per rank and per host samples/s, step time, comm
-                                   and compute time, straggler; steps done.
+                                   time, time outside comm, others' wait,
+                                   straggler; steps done.
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ class Run:
         return found
 
     def summaries(self) -> list[RankSummary]:
-        """Per rank: samples/s, step time, comm time and share, compute time, straggler."""
+        """Per rank: samples/s, step time, comm time and share, time outside the gradient
+        all-reduce, how long the other ranks wait for it, straggler."""
         return self.summary().ranks
 
     def to_csv(self, path: str | Path) -> Path:

@@ -515,7 +515,7 @@ function updateRank(
       : '';
   row.title = `rank ${rank.rank}: ${rank.state}${rank.host ? ` on ${rank.host}${node}` : ''}${
     rank.pid ? `, pid ${rank.pid}` : ''
-  }${straggler ? ' (straggler: the most compute time; the others wait for it)' : ''}`;
+  }${straggler ? ' (straggler: the others wait for it in most steps)' : ''}`;
   setText(row.querySelector('.dn-rank-device')!, rank.device ?? '');
   // Steps done, as the run's heading counts them (a rank that reported step 197 of
   // steps numbered from 0 has done 198).

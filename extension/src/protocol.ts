@@ -7,9 +7,11 @@ export const PROTOCOL_VERSION = 2;
 
 export const WINDOW = 20;
 
-export const STRAGGLER_FACTOR = 1.2;
+export const STRAGGLER_PERSISTENCE = 0.9;
 
-export const STRAGGLER_MIN_DELAY = 0.1;
+export const STRAGGLER_MIN_SHARE = 0.2;
+
+export const STRAGGLER_MIN_SAMPLES = 10;
 
 /** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */
 export type JsonNumber = number | 'nan' | 'inf' | '-inf';
@@ -71,11 +73,13 @@ export interface IRankSummary {
   samples_per_s: JsonNumber | null;
   comm_time: JsonNumber | null;
   comm_share: JsonNumber | null;
-  compute_time: JsonNumber | null;
+  outside_comm_time: JsonNumber | null;
   last_time: JsonNumber | null;
   gpu_util: JsonNumber | null;
   gpu_mem: JsonNumber | null;
   gpu_power: JsonNumber | null;
+  others_wait: JsonNumber | null;
+  waited_for_share: JsonNumber | null;
   straggler: boolean;
 }
 
@@ -84,7 +88,7 @@ export interface IHostSummary {
   host: string;
   ranks: number[];
   samples_per_s: JsonNumber | null;
-  compute_time: JsonNumber | null;
+  outside_comm_time: JsonNumber | null;
   straggler: boolean;
 }
 

@@ -232,7 +232,7 @@ describe('bars', () => {
         host: 'a',
         ranks: [0, 1],
         samples_per_s: 300,
-        compute_time: 0.1,
+        outside_comm_time: 0.1,
         straggler: true
       }
     ]);
