@@ -1,0 +1,69 @@
+"""commtime: each report's comm_time is its own step's on CPU, DDP's smoothed sample on GPU.
+
+DDP's logging data is stood in for by an object with the same method (the real reducer is
+exercised by the cluster tests: tests/training/test_dist_train.py, test_straggler.py)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import pytest
+
+from dist_notebook.engine import commtime
+
+
+class Reducer:
+    """What commtime reads of a DDP model: its iteration and last sampled comm span."""
+
+    def __init__(self) -> None:
+        self.iteration = 0
+        self.comm_ns = 0
+
+    def step(self, comm_ms: float) -> None:
+        self.iteration += 1
+        self.comm_ns = int(comm_ms * 1e6)
+
+    def _get_ddp_logging_data(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "backward_comm_time": self.comm_ns}
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch) -> Reducer:
+    monkeypatch.setattr(commtime, "_models", weakref.WeakSet())
+    monkeypatch.setattr(commtime, "_on_gpu", weakref.WeakSet())
+    monkeypatch.setattr(commtime, "_estimate", commtime._Estimate())
+    reducer = Reducer()
+    commtime._models.add(reducer)
+    return reducer
+
+
+def test_on_cpu_every_report_carries_its_own_steps_span(model: Reducer) -> None:
+    spans = [3.0, 11.0, 2.0, 9.0, 4.0]  # who waits changes from step to step
+    got = []
+    for i, span in enumerate(spans):
+        model.step(span)
+        got.append(commtime.comm_metrics(now=100.0 + 0.01 * i)["comm_time"] * 1e3)
+    assert got == pytest.approx(spans), "no smoothing, no stale sample between reads"
+
+
+def test_a_loop_reporting_every_fourth_iteration_gets_four_spans(model: Reducer) -> None:
+    per_report = []
+    for i in range(12):
+        for _ in range(4):
+            model.step(2.0)
+        per_report.append(commtime.comm_metrics(now=100.0 + i)["comm_time"] * 1e3)
+    # counted once 20 iterations were seen (the sixth report): 4 iterations a report
+    assert per_report[0] == pytest.approx(2.0)
+    assert per_report[-1] == pytest.approx(8.0)
+
+
+def test_on_a_gpu_samples_are_smoothed_and_read_at_most_every_refresh(model: Reducer) -> None:
+    commtime._on_gpu.add(model)
+    model.step(10.0)
+    assert commtime.comm_metrics(now=100.0)["comm_time"] == pytest.approx(0.010)
+    model.step(30.0)
+    # within REFRESH_SECONDS: not read again
+    assert commtime.comm_metrics(now=100.1)["comm_time"] == pytest.approx(0.010)
+    later = 100.0 + commtime.REFRESH_SECONDS + 0.01
+    assert commtime.comm_metrics(now=later)["comm_time"] == pytest.approx(0.020)  # halfway
