@@ -1,4 +1,5 @@
-"""Jupyter server extension: a REST API over the run store for the JupyterLab panel."""
+"""Jupyter server extension: a REST API over the run store for the JupyterLab panel, and a
+pre-save hook that keeps a live view saved mid-run readable later (livesave)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from .livesave import pre_save
     from .manager import RunStoreManager
     from .routes import setup_routes
 
     manager = RunStoreManager()
     setup_routes(serverapp.web_app, manager)
+    # A notebook saved mid-run opens later as the run's note, not "model not found".
+    serverapp.contents_manager.register_pre_save_hook(pre_save)
     serverapp.log.info("dist-notebook: REST API over the run store at %s", manager.path)
