@@ -55,6 +55,7 @@ class RankError(Exception):
         self.ename = first.error.ename
         self.evalue = first.error.evalue
         self.hint = ""
+        self.state = ""  # the cluster's state after the cell, set where it is known
         if self.ename == "RankDied":
             super().__init__(self.evalue)
         else:
@@ -69,7 +70,36 @@ class RankError(Exception):
     def _render_traceback_(self) -> list[str]:
         from .tracebacks import render  # the raising rank's traceback once, as Python's
 
+        if self.state and all(
+            f.error and f.error.ename == "KeyboardInterrupt" for f in self.failures
+        ):
+            # Interrupted (the panel's Interrupt, a stop): one line, no rank's traceback.
+            done = [r for r in self.ranks if r not in {f.rank for f in self.failures}]
+            return [interrupted_line([f.rank for f in self.failures], done, self.state)]
         return render(self.failures, self.ranks, self.hint)
+
+
+class RanksInterrupted(KeyboardInterrupt):
+    """The kernel's interrupt of a cell on the ranks: shown as one line, no traceback."""
+
+    def __init__(self, interrupted: list[int], finished: list[int], state: str) -> None:
+        self.interrupted = interrupted
+        self.finished = finished
+        super().__init__(interrupted_line(interrupted, finished, state))
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def interrupted_line(interrupted: list[int], finished: list[int], state: str) -> str:
+    """``interrupted ranks 0,1; rank 2 had finished; cluster ready``."""
+    from .tracebacks import rank_label
+
+    parts = [f"interrupted {rank_label(interrupted)}"]
+    if finished:
+        parts.append(f"{rank_label(finished)} had finished")
+    parts.append(f"cluster {state}")
+    return "; ".join(parts)
 
 
 class _Stream:
@@ -90,12 +120,21 @@ class _Stream:
             if len(text) < start:  # a carriage return rewrote the line
                 start = 0
             if len(text) > start:
-                self.sink(self.rank, name, text[start:])
+                new = text[start:]
+                if name == "stderr":
+                    new = new.replace(_MARKER, "")
+                if new:
+                    self.sink(self.rank, name, new)
                 self.offsets[name] = len(text)
         outputs = md.get("outputs") or []
         for content in outputs[self.displays :]:
             self.sink(self.rank, "display", content)
         self.displays = len(outputs)
+
+
+# What a rank's IPython writes to stderr when its cell is interrupted: the kernel says it
+# once, in one line, instead (RanksInterrupted, RankError's interrupt line).
+_MARKER = "\nKeyboardInterrupt\n"
 
 
 def view_of(client: Any, targets: list[int]) -> Any:
@@ -253,7 +292,13 @@ def follow(
         _interrupt(cluster, ar, ranks, release, streams)
         if release.released:
             regroup(cluster)
-        raise
+        finished = [
+            s.rank
+            for md, s in zip(privates.metadata(ar), streams, strict=True)
+            if md.get("status") == "ok"
+        ]
+        interrupted = [s.rank for s in streams if s.rank not in finished]
+        raise RanksInterrupted(interrupted, finished, cluster.state.value) from None
     # Returns as soon as every rank's output is in; the bound grows with the ranks (64
     # fresh ranks on a loaded 2-core machine sent theirs after the 2 s this used to wait).
     ar.wait_for_output(min(OUTPUT_WAIT_S + 0.1 * len(targets), 10.0))
@@ -269,6 +314,7 @@ def follow(
             e.add_hint(absent_ranks_hint(cluster, ranks))
         if cluster.client is not None:
             regroup(cluster)
+        e.state = cluster.state.value
         if watch.finding is not None:
             raise watch.error(e) from None
         raise

@@ -329,15 +329,32 @@ def _devices(devices: Iterable[str]) -> str:
 
 
 class Progress:
-    """One line updated in place (a display in a notebook, a stderr line in a terminal)."""
+    """One line updated in place (a display in a notebook, a stderr line in a terminal).
+
+    The line belongs to the cell that made it: once that cell is over, a later message
+    (a process group re-made under a later cell) starts a line of its own in the cell
+    running then, timed from its first message; the start cell's output stays final."""
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self._handle: Any = None
+        self._cell: Any = _running_cell()
 
     def __call__(self, message: str) -> None:
+        cell = _running_cell()
+        if self._handle is not None and cell != self._cell:
+            self._handle, self.t0 = None, time.perf_counter()
+        self._cell = cell
         text = f"[{time.perf_counter() - self.t0:5.1f} s] {message}"
         if self._handle is None:
             self._handle = display({"text/plain": text}, raw=True, display_id=True)
         else:
             self._handle.update({"text/plain": text}, raw=True)
+
+
+def _running_cell() -> Any:
+    """Which cell runs now: the shell's execution count (None outside IPython)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return getattr(shell, "execution_count", None)

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,25 @@ class Kernel:
         reply = self.kc.execute_interactive(code, timeout=REPLY_TIMEOUT_S, output_hook=hook)
         return reply["content"]["execution_count"], "".join(texts), errors
 
+    def messages(self, code: str, interrupt_on: int | None = None) -> list[dict[str, Any]]:
+        """Every iopub message of the cell; the kernel interrupted (as the notebook's Stop
+        button does) once *interrupt_on* lines saying ``in place`` have come."""
+        msgs: list[dict[str, Any]] = []
+        sent = threading.Event()
+
+        def hook(msg: dict[str, Any]) -> None:
+            msgs.append(msg)
+            if interrupt_on is None or sent.is_set():
+                return
+            seen = "".join(_texts(msgs)).count("in place")
+            if seen >= interrupt_on:
+                sent.set()
+                self.km.interrupt_kernel()
+
+        self.kc.execute_interactive(code, timeout=REPLY_TIMEOUT_S, output_hook=hook)
+        assert interrupt_on is None or sent.is_set(), "the ranks never got in place"
+        return msgs
+
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=False)
@@ -120,3 +140,67 @@ def test_rank_tracebacks_name_the_notebook_cells(kernel: Kernel) -> None:
     assert f"Cell In[{number}], line 2" in traceback, traceback
     assert "An earlier cell, line 2, in divide(a)" in traceback, traceback
     assert not re.search(r"In\[[12]\]", traceback), traceback  # the engines' own numbers
+
+
+def _texts(msgs: list[dict[str, Any]]) -> list[str]:
+    return [m["content"]["text"] for m in msgs if m["msg_type"] == "stream"]
+
+
+def _plain(msg: dict[str, Any]) -> str:
+    return str(msg["content"].get("data", {}).get("text/plain", ""))
+
+
+@pytest.fixture
+def ready(kernel: Kernel) -> Kernel:
+    """The module's kernel with its cluster up (a start of the same spec reuses it)."""
+    _, text, errors = kernel.run("%load_ext dist_notebook\n%dist_cluster start -n 2 --cpu")
+    assert not errors and "ready" in text, (text, errors)
+    return kernel
+
+
+def test_an_interrupt_says_one_line_and_nothing_of_the_internals(ready: Kernel) -> None:
+    kernel = ready
+    cell = "%%dist\nimport time\nprint('in place', rank, flush=True)\ntime.sleep(60)"
+    msgs = kernel.messages(cell, interrupt_on=2)
+    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
+    assert len(errors) == 1, errors
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(errors[0]["traceback"]))
+    assert shown == "interrupted ranks 0,1; cluster ready", shown
+    streams = "".join(_texts(msgs))
+    assert "KeyboardInterrupt" not in streams and "dist_notebook" not in streams, streams
+    # Nothing of the interrupted cell leaks into the next one.
+    _, text, errors = kernel.run("%%dist\nprint('next', rank)")
+    assert not errors and text == "[rank 0] next 0\n[rank 1] next 1\n", (text, errors)
+
+
+def test_a_group_made_again_later_reports_in_that_cell_not_the_start_cell(
+    ready: Kernel,
+) -> None:
+    """The start (here a restart) cell's progress line is final once it is done: the
+    group re-made after an interrupt freed a rank blocked in a collective says so in the
+    interrupted cell."""
+    kernel = ready
+    restart = kernel.messages("%dist_cluster restart")
+    lines = {
+        m["content"]["transient"]["display_id"]
+        for m in restart
+        if m["msg_type"] == "display_data" and m["content"].get("transient", {}).get("display_id")
+    }
+    assert lines, [m["msg_type"] for m in restart]
+    blocked = (
+        "%%dist\nimport time, torch, torch.distributed as dist\n"
+        "print('in place', rank, flush=True)\n"
+        "if rank == 1:\n    time.sleep(60)\ndist.all_reduce(torch.ones(1))"
+    )
+    msgs = kernel.messages(blocked, interrupt_on=2)
+    updates = [
+        m
+        for m in msgs
+        if m["msg_type"] == "update_display_data"
+        and m["content"].get("transient", {}).get("display_id") in lines
+    ]
+    assert not updates, [_plain(m) for m in updates]
+    shown = [_plain(m) for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
+    assert any("creating the gloo process group" in t for t in shown), shown
+    _, text, errors = kernel.run("%%dist\nprint('again', rank)")
+    assert not errors and text == "[rank 0] again 0\n[rank 1] again 1\n", (text, errors)

@@ -28,6 +28,9 @@ def test_interrupt_brings_every_rank_back(shell: Any, cluster2: Any) -> None:
     timer.join()
     assert isinstance(result.error_in_exec, RankError)
     assert {f.error.ename for f in result.error_in_exec.failures} == {"KeyboardInterrupt"}
+    # Shown as one line (the panel's Interrupt), no rank's KeyboardInterrupt traceback.
+    shown = result.error_in_exec._render_traceback_()
+    assert shown == ["interrupted ranks 0,1; cluster ready"], shown
     # Target 2 s (bench/faults.py); not interrupted, the cell would run its 60 s.
     assert back < 20, f"ranks were idle again {back:.2f} s after the interrupt"
     assert reduce_sum(cluster2) == ["3\n", "3\n"]
