@@ -88,12 +88,19 @@ def load() -> str:
 # ---- synthetic senders (children) ---------------------------------------------------------
 
 
-def signed(key: bytes, run_id: str, rank: int, rows: list[list[Any]], end: bool) -> list[bytes]:
-    """One message exactly as engine/reporter.py's sender makes it."""
+def signed(
+    key: bytes, run_id: str, rank: int, rows: list[list[Any]], end: bool, wire: str = "columns"
+) -> list[bytes]:
+    """One message exactly as engine/reporter.py's sender makes it (``wire="columns"``),
+    or as a rank of an older install does (``"rows"``: protocol.wire_message's JSON)."""
     from dist_notebook import protocol
+    from dist_notebook.engine import reporter
 
-    message = protocol.wire_message(run_id, rank, rows, end=end)
-    payload = json.dumps(message, separators=(",", ":")).encode()
+    if wire == "columns":
+        payload = reporter._payload(run_id, rank, rows, end)
+    else:
+        message = protocol.wire_message(run_id, rank, rows, end=end)
+        payload = json.dumps(message, separators=(",", ":")).encode()
     return [hmac.new(key, payload, hashlib.sha256).digest(), payload]
 
 
@@ -127,7 +134,7 @@ def child_sender(args: argparse.Namespace) -> None:
             out, n, b = [], args.records, args.batch
             for start in range(0, n, b):
                 rows = [row(s, now) for s in range(start, min(n, start + b))]
-                out.append(signed(key, RUN, rank, rows, end=start + b >= n))
+                out.append(signed(key, RUN, rank, rows, start + b >= n, args.wire))
             msgs[rank] = out
         print("ready", flush=True)
         sys.stdin.readline()
@@ -153,7 +160,7 @@ def child_sender(args: argparse.Namespace) -> None:
                 k = want - steps[rank]
                 rows = [row(steps[rank] + j, time.time()) for j in range(max(0, k))]
                 steps[rank] += len(rows)
-                socks[rank].send_multipart(signed(key, RUN, rank, rows, end=last))
+                socks[rank].send_multipart(signed(key, RUN, rank, rows, last, args.wire))
             if last:
                 break
         del per
@@ -203,11 +210,13 @@ def _senders(endpoint: str, key: bytes, ranks: int, procs: int, extra: list[str]
     return children
 
 
-def ingest_once(mode: str, ranks: int, records: int, batch: int, rate: int, seconds: float):
+def ingest_once(
+    mode: str, ranks: int, records: int, batch: int, rate: int, seconds: float, wire: str
+) -> dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="dist-scale-")) / "runs.sqlite"
     collector, writer, key = _kernel_side(ranks, store)
     extra = ["--mode", mode, "--records", str(records), "--batch", str(batch)]
-    extra += ["--rate", str(rate), "--seconds", str(seconds)]
+    extra += ["--rate", str(rate), "--seconds", str(seconds), "--wire", wire]
     children = _senders(collector.endpoint, key, ranks, 4, extra)
     try:
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -253,19 +262,22 @@ def ingest_once(mode: str, ranks: int, records: int, batch: int, rate: int, seco
 
 
 def part_ingest(args: argparse.Namespace) -> dict[str, Any]:
-    res: dict[str, Any] = {"flood": {}, "steady": None}
+    """Flood and steady, with report()'s wire ("columns") and, beside it, the JSON rows
+    of a rank of an older install ("rows": the kernel still takes them)."""
+    res: dict[str, Any] = {"flood": {}, "steady": None, "flood_rows": {}, "steady_rows": None}
     records = 500 if args.quick else 5000
-    for batch in (100, 10):
-        runs = [ingest_once("flood", 64, records, batch, 0, 0) for _ in range(args.reps)]
-        res["flood"][batch] = runs
-        print(f"ingest flood 64 ranks x {records}, {batch}/message:", flush=True)
-        print(
-            f"  {med(spread([r['per_cpu_s'] for r in runs]), digits=0)} records/CPU-s", flush=True
-        )
     seconds = 3.0 if args.quick else 10.0
-    runs = [ingest_once("steady", 64, 0, 0, 200, seconds) for _ in range(args.reps)]
-    res["steady"] = runs
-    print(f"ingest steady 64 x 200/s: {med(spread([r['core_share'] for r in runs]), 100)} % core")
+    for wire, batches in (("columns", (100, 10)), ("rows", (100,))):
+        key = "" if wire == "columns" else "_rows"
+        for batch in batches:
+            runs = [ingest_once("flood", 64, records, batch, 0, 0, wire) for _ in range(args.reps)]
+            res["flood" + key][batch] = runs
+            print(f"ingest flood ({wire}) 64 ranks x {records}, {batch}/message:", flush=True)
+            print(f"  {med(spread([r['per_cpu_s'] for r in runs]), digits=0)} records/CPU-s")
+        runs = [ingest_once("steady", 64, 0, 0, 200, seconds, wire) for _ in range(args.reps)]
+        res["steady" + key] = runs
+        share = med(spread([r["core_share"] for r in runs]), 100)
+        print(f"ingest steady ({wire}) 64 x 200/s: {share} % core", flush=True)
     return res
 
 
@@ -589,11 +601,13 @@ HEAD = [
 def ingest_lines(res: dict[str, Any]) -> list[str]:
     out = []
     ing = res.get("ingest")
-    if ing:
-        for batch, runs in ing["flood"].items():
+    for key, wire in (("", "report()'s binary columns"), ("_rows", "older ranks' JSON rows")):
+        if not ing or not ing.get("steady" + key):
+            continue
+        for batch, runs in ing["flood" + key].items():
             ok = all(r["stored"] == r["records"] for r in runs)
             out.append(
-                f"- ingest flood, 64 senders (4 processes), {batch} records a message:"
+                f"- ingest flood ({wire}), 64 senders (4 processes), {batch} records a message:"
                 f" {med(spread([r['per_cpu_s'] for r in runs]), digits=0)} records per CPU second"
                 f" of the kernel process"
                 f" ({med(spread([r['per_collector_cpu_s'] for r in runs]), digits=0)} per CPU"
@@ -602,10 +616,10 @@ def ingest_lines(res: dict[str, Any]) -> list[str]:
                 f" wall second); stored {'all' if ok else 'NOT all'} of"
                 f" {runs[0]['records']:,}; load {', '.join(r['load'] for r in runs)}"
             )
-        runs = ing["steady"]
+        runs = ing["steady" + key]
         ok = all(r["stored"] == r["records"] for r in runs)
         out.append(
-            f"- ingest steady, 64 ranks x 200 records/s: the kernel used"
+            f"- ingest steady ({wire}), 64 ranks x 200 records/s: the kernel used"
             f" {med(spread([r['core_share'] for r in runs]), 100)} % of a core; stored"
             f" {'all' if ok else 'NOT all'} of {runs[0]['records']:,};"
             f" load {', '.join(r['load'] for r in runs)}"
@@ -689,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--replot", action="store_true", help="redraw the PNG from scale.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    for flag in ("--endpoint", "--key", "--mode"):
+    for flag in ("--endpoint", "--key", "--mode", "--wire"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     for flag in ("--first", "--count", "--records", "--batch", "--rate"):
         parser.add_argument(flag, type=int, default=0, help=argparse.SUPPRESS)

@@ -7,15 +7,15 @@ run's key (HMAC-SHA256) so the collector can drop anything that is not from this
 The training thread does as little as possible: it turns the values into floats (a
 one-element tensor on a GPU is kept as it is and read by the sender, so report() never
 waits for the GPU) and appends one row to a deque (a few microseconds). A sender thread wakes every
-``BATCH_SECONDS``, encodes the batch as JSON, signs it and hands it to ZMQ, so JSON, HMAC
-and ZMQ stay off the training loop and the kernel is woken once per batch, not per step.
+``BATCH_SECONDS``, encodes the batch (binary columns, ``dist_notebook.columns``), signs it
+and hands it to ZMQ, so encoding, HMAC and ZMQ stay off the training loop and the kernel
+is woken once per batch, not per step.
 The send never blocks and never waits on other ranks; the socket has no high-water mark,
 so a slow collector delays records but never loses them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .. import protocol
+from .. import columns, protocol
 
 _lock = threading.Lock()
 # How often a rank ships its queued records. Each batch costs a wake-up, JSON, HMAC and a
@@ -70,11 +70,8 @@ class _Channel:
                 rows.append(_floats(self._queue.popleft()))
             last = not self._queue
             if rows or (end and last):
-                message = protocol.wire_message(self.run_id, self.rank, rows, end=end and last)
-                # NaN and infinities travel as JSON's non-standard tokens between our own
-                # processes; the kernel stores and serves them as valid JSON.
-                payload = json.dumps(message, separators=(",", ":")).encode()
-                signature = hmac.new(self.key, payload, hashlib.sha256).digest()
+                payload = _payload(self.run_id, self.rank, rows, end and last)
+                signature = hmac.digest(self.key, payload, "sha256")
                 self.socket.send_multipart([signature, payload], copy=True)
             if last:
                 return
@@ -166,6 +163,18 @@ def _value(value: Any) -> Any:
     if getattr(device, "type", "cpu") != "cpu" and value.numel() == 1:
         return value.detach()
     return protocol.to_float(value)
+
+
+def _payload(run_id: str, rank: int, rows: list[list[Any]], end: bool) -> bytes:
+    """A batch as binary columns (``columns.py``: what the kernel reads fastest), or, for
+    a batch that does not fit them (a step beyond 64 bits), as the protocol's JSON rows."""
+    payload = columns.encode(run_id, rank, rows, end=end)
+    if payload is None:
+        # NaN and infinities travel as JSON's non-standard tokens between our own
+        # processes; the kernel stores and serves them as valid JSON.
+        message = protocol.wire_message(run_id, rank, rows, end=end)
+        payload = json.dumps(message, separators=(",", ":")).encode()
+    return payload
 
 
 def _floats(row: list[Any]) -> list[Any]:

@@ -16,18 +16,18 @@ rank's records wait in the rank's own memory, not the kernel's.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import zmq
 
-from .. import protocol
+from .. import columns, protocol
 from ..metrics import RunMetrics
 from ..store import StoreError, StoreWriter
 
@@ -112,6 +112,8 @@ class Collector:
         port = self._socket.bind_to_random_port(f"tcp://{ip}")
         self.endpoint = f"tcp://{ip}:{port}"
         self._pending: list[protocol.Record] = []
+        # Each pending record's metrics as the store's JSON text, or None (writer.py's).
+        self._texts: list[str | None] = []
         self._stop = threading.Event()
         self._ended_event = threading.Condition()
         self._thread = threading.Thread(
@@ -156,17 +158,22 @@ class Collector:
             self.rejected += 1
             return []
         signature, payload = frames
-        expected = hmac.new(self.key, payload, hashlib.sha256).digest()
-        if not hmac.compare_digest(signature, expected):
+        if not hmac.compare_digest(signature, hmac.digest(self.key, payload, "sha256")):
             self.rejected += 1
             return []
         try:
-            rank, records, end = decode(json.loads(payload), self.run_id)
+            at = columns.is_columns(payload)
+            if at >= 0:  # report()'s columns (columns.py)
+                rank, records, end, texts = columns.read(payload, at, self.run_id)
+            else:  # rows: a rank of an older install, or a batch columns.py does not fit
+                rank, records, end = decode(json.loads(payload), self.run_id)
+                texts = None
         except (ValueError, protocol.WireError):
             self.rejected += 1
             return []
         if end:
             ends.append(rank)
+        self._texts.extend(texts or repeat(None, len(records)))
         return records
 
     def _feed_sinks(self, batch: list[protocol.Record]) -> None:
@@ -180,16 +187,19 @@ class Collector:
     def _flush(self) -> None:
         if not self._pending or self.writer is None:
             self._pending.clear()
+            self._texts.clear()
             return
         batch, self._pending = self._pending, []
+        texts, self._texts = self._texts, []
         try:
-            self.writer.append_metrics(self.run_id, batch)
+            self.writer.append_metrics(self.run_id, batch, texts)
         except StoreError as e:
             # Never stop training over the store: keep the records in memory, say so once.
             if self.store_error is None:
                 log.warning("%s", e)
             self.store_error = str(e)
             self._pending = batch + self._pending
+            self._texts = texts + self._texts
 
     def wait_for_ends(self, ranks: set[int], timeout: float) -> set[int]:
         """Wait until *ranks* sent their end marker; return the ranks still missing."""

@@ -70,6 +70,10 @@ def signed(key: bytes, message: Any) -> list[bytes]:
     return [hmac.new(key, payload, hashlib.sha256).digest(), payload]
 
 
+def signed_payload(key: bytes, payload: bytes) -> list[bytes]:
+    return [hmac.new(key, payload, hashlib.sha256).digest(), payload]
+
+
 def message(rank: int, rows: list[list[Any]], end: bool = False, run: str = RUN) -> dict:
     return {"v": PROTOCOL_VERSION, "run": run, "rank": rank, "records": rows, "end": end}
 
@@ -161,6 +165,16 @@ GOOD_ROW = [7, 1.0, None, None, None, {"loss": 0.5}, None]
             lambda key: [hmac.new(key, b"{", hashlib.sha256).digest(), b"{"], id="not-json"
         ),
         pytest.param(lambda key: signed(key, 42), id="not-a-message"),
+        pytest.param(
+            lambda key: signed_payload(key, reporter._payload(RUN, 1, [GOOD_ROW], False)[:-8]),
+            id="short-columns",
+        ),
+        pytest.param(
+            lambda key: signed_payload(
+                os.urandom(32), reporter._payload(RUN, 1, [GOOD_ROW], False)
+            ),
+            id="columns-wrong-key",
+        ),
         pytest.param(lambda key: signed(key, {**message(1, [GOOD_ROW]), "v": 1}), id="old-wire"),
         pytest.param(lambda key: signed(key, message("1", [GOOD_ROW])), id="rank-not-int"),  # type: ignore[arg-type]
         pytest.param(lambda key: signed(key, message(1, [[7, 1.0]])), id="short-row"),
@@ -232,3 +246,31 @@ def test_a_burst_of_records_larger_than_the_buffers_loses_none(collector: Collec
     assert collector.wait_for_ends({0}, timeout=60) == set()
     records = stored(collector)
     assert [r.step for r in records] == list(range(n))
+
+
+def test_a_rank_of_an_older_install_is_read_beside_the_columns(
+    collector: Collector, push: Any
+) -> None:
+    """A rank of an older install sends the protocol's JSON rows; this one's report()
+    binary columns (dist_notebook/columns.py). The kernel reads both, checks both
+    signatures, and stores the same records either way."""
+    rows = [
+        [0, 1.0, None, None, 8.0, {"loss": 2.0}, None],
+        [1, 2.0, 1.0, 0.5, 8.0, {"loss": float("nan"), "acc": 0.5}, None],
+        [2, 3.0, 1.0, None, None, {"loss": 1.5, "acc": 0.75}, None],
+    ]
+    push.send_multipart(signed(collector.key, message(0, rows, end=True)))  # older: JSON rows
+    payload = reporter._payload(RUN, 1, rows, True)  # this install's
+    assert payload[:1] == b"{" and b"\n" in payload
+    push.send_multipart(signed_payload(collector.key, payload))
+    push.send_multipart(signed_payload(b"k" * 32, reporter._payload(RUN, 1, rows[:1], True)))
+    assert collector.wait_for_ends({0, 1}, timeout=10) == set()
+    wait_for(lambda: collector.rejected == 1, 5, "the wrongly signed batch to be refused")
+    records = stored(collector)
+    fields = [
+        (r.rank, (r.step, r.time, r.step_time, r.comm_time, r.samples, repr(r.metrics)))
+        for r in records
+    ]
+    old, new = [f for rank, f in fields if rank == 0], [f for rank, f in fields if rank == 1]
+    assert len(old) == 3 and old == new
+    assert collector.received == 6

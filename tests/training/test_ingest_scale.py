@@ -1,7 +1,7 @@
 """Ingest at scale: many real senders into one kernel's collector and run store.
 
 The senders are child processes, each with several ranks' ``reporter._Channel`` (the
-class behind ``report()``: its sender thread, batching, JSON, HMAC and PUSH socket), so
+class behind ``report()``: its sender thread, batching, encoding, HMAC and PUSH socket), so
 the messages are the real wire format. The kernel side is the real Collector, RunMetrics
 and StoreWriter on a throwaway store. Also: the fast decoding path agrees with the
 protocol's, the store's per-rank facts agree with counting, and the live view's rate
