@@ -29,7 +29,7 @@ from traitlets import Bool, Dict, Float, Int, Unicode
 
 from ..metrics import RunMetrics
 from ..protocol import Record, RunSummary
-from .thinning import MAX_POINTS, ThinnedLog, envelope, stride_for, thin
+from ..metrics.thinning import MAX_POINTS, ThinnedLog, envelope, stride_for, thin
 
 STATIC = Path(__file__).resolve().parent / "static"
 FLUSH_EVERY = 0.15  # seconds between batches: the chart changes up to ~7 times a second

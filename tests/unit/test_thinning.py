@@ -9,7 +9,7 @@ import random
 import pytest
 
 from dist_notebook.display.live import HISTORY_POINTS, LiveFeed
-from dist_notebook.display.thinning import ThinnedLog, thin
+from dist_notebook.metrics.thinning import ThinnedLog, thin
 from dist_notebook.metrics import RunMetrics
 from dist_notebook.protocol import Record
 

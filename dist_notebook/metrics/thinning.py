@@ -1,4 +1,5 @@
-"""A rank's records as a bounded number of points: min/max envelopes that keep spikes.
+"""A rank's records as a bounded number of points: min/max envelopes that keep spikes
+(the live view's batches and a late view's history, ``display/live.py``).
 
 ``thin`` turns a list of records into envelopes at a given stride (used for each batch
 the live view sends). ``ThinnedLog`` keeps one rank's whole history in that form as the
