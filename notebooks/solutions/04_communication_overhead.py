@@ -36,8 +36,8 @@ def accumulate_no_sync(model):
 # %% straggler
 def find_straggler(summaries):
     """The rank the others wait for, from the per-rank summaries."""
-    known = [s for s in summaries if s.compute_time is not None]
-    return max(known, key=lambda s: s.compute_time).rank
+    known = [s for s in summaries if s.outside_comm_time is not None]
+    return max(known, key=lambda s: s.outside_comm_time).rank
 
 # %% straggler wrong: the longest step time: in lockstep every rank's is the same, noise decides
 def find_straggler(summaries):
@@ -56,5 +56,5 @@ def find_straggler(summaries):
 
 # %% straggler wrong: the position in the list, not the rank
 def find_straggler(summaries):
-    times = [s.compute_time if s.compute_time is not None else -1.0 for s in summaries]
+    times = [s.outside_comm_time if s.outside_comm_time is not None else -1.0 for s in summaries]
     return times.index(max(times))
