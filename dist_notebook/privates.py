@@ -133,13 +133,13 @@ def send_control_request(client: Any, targets: list[int], msg_type: str, content
     )
 
 
-def new_engine_set_id(cluster: Any) -> str:
-    """The id ipyparallel would give the next engine set of *cluster*.
+def new_engine_set_id(ipp_cluster: Any) -> str:
+    """The id ipyparallel would give the next engine set of *ipp_cluster*.
 
     ``Cluster._new_engine_set_id()`` (ipyparallel 9.0-9.2): a fresh id, also what
     ``start_engines`` picks when none is given; scale needs it before the start to put
     it in the engines' environment."""
-    return str(cluster._new_engine_set_id())
+    return str(ipp_cluster._new_engine_set_id())
 
 
 def start_waiting(launcher: Any) -> None:

@@ -40,14 +40,11 @@ from ..store.recorder import record
 from ..store.schema import full_disk_message
 from . import limits, reap, registry
 from .health import ClusterHealth
-from .hosts import remote_engine_env
 from .launchers import (
     OurControllerLauncher,
     PrivateCluster,
-    RankEngineSetLauncher,
     controller_args,
     engine_args,
-    remote_engines,
 )
 from .loop import run_sync
 from .owner import ClusterOwner
@@ -205,7 +202,7 @@ class DistCluster(ClusterHealth):
         return self._ready(t0)
 
     def _make_stack_dir(self) -> None:
-        if self.spec.launcher != "local":
+        if not self.spec.engines.on_this_machine:
             # Only local ranks are asked for their stacks (a signal to their pids). A
             # folder here would be one that other hosts lack, and that nobody removes
             # when the kernel is killed: remote engines do not watch the kernel.
@@ -260,7 +257,7 @@ class DistCluster(ClusterHealth):
             )
         t0 = time.perf_counter()
         # Remote engines are started per host by their launcher: restart them all.
-        dead = {} if everything or self.spec.launcher != "local" else self.dead_ranks()
+        dead = {} if everything or not self.spec.engines.on_this_machine else self.dead_ranks()
         self.move(ClusterState.RESTARTING)
         old = set(self.client.ids)
         try:
@@ -316,10 +313,7 @@ class DistCluster(ClusterHealth):
     # --- steps of start --------------------------------------------------------
     def _make_ipp_cluster(self) -> ipp.Cluster:
         spec = self.spec
-        engines: Any = RankEngineSetLauncher
-        config: dict[str, Any] = {}
-        if spec.launcher != "local":
-            engines, config = remote_engines(spec)  # SSH, MPI, Slurm: cluster/hosts.py
+        engines, config = spec.engines.engine_launcher(spec)
         return PrivateCluster(
             config=Config(config),
             n=spec.n,
@@ -337,7 +331,7 @@ class DistCluster(ClusterHealth):
         env = {
             envvars.WORLD_SIZE: str(spec.n),
             "WORLD_SIZE": str(spec.n),
-            "LOCAL_WORLD_SIZE": str(spec.n if spec.launcher == "local" else 1),
+            "LOCAL_WORLD_SIZE": str(spec.engines.ranks_per_host(spec)),
             "MASTER_ADDR": spec.ip,
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
@@ -349,10 +343,7 @@ class DistCluster(ClusterHealth):
             env[envvars.DEVICES] = ",".join(str(g) for g in spec.gpus)
         else:
             env[envvars.CPU] = "1"
-        if spec.launcher == "local":
-            env[envvars.PARENT_PID] = str(os.getpid())
-        if spec.launcher != "local":
-            env = remote_engine_env(spec, env)
+        env = spec.engines.engine_env(spec, env)
         env.update(spec.extra_engine_env)
         return env
 
@@ -465,7 +456,7 @@ class DistCluster(ClusterHealth):
         """Learn which engine (of *ids*) holds which rank, then create the process group."""
         client = self.client
         assert client is not None
-        if self.spec.launcher != "local":
+        if not self.spec.engines.on_this_machine:
             self.ranks, self.master_addr = await ranks_across_hosts(client, ids, RankInfo)
             await self.init_group()
             return
@@ -540,7 +531,7 @@ class DistCluster(ClusterHealth):
         controller = self._ipp.controller
         if controller is not None and getattr(controller, "process", None) is not None:
             pids.append(controller.process.pid)
-        if self.spec.launcher == "local":
+        if self.spec.engines.on_this_machine:
             for engine_set in self._ipp.engines.values():
                 for launcher in getattr(engine_set, "launchers", {}).values():
                     if getattr(launcher, "process", None) is not None:
@@ -549,7 +540,8 @@ class DistCluster(ClusterHealth):
 
     async def _teardown(self) -> None:
         self._tearing_down = True
-        writers = [r.pid for r in self.ranks if r.pid] if self.spec.launcher == "local" else []
+        local = self.spec.engines.on_this_machine
+        writers = [r.pid for r in self.ranks if r.pid] if local else []
         try:
             await self._stop_everything()
         finally:

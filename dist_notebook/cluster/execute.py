@@ -16,7 +16,7 @@ from typing import Any
 from ipyparallel.error import RemoteError
 
 from .. import privates
-from .cluster import ClusterError
+from .cluster import ClusterError, DistCluster
 from .recovery import Release, regroup
 
 # sink(rank, kind, payload): kind is "stdout", "stderr" (payload: text) or "display"
@@ -152,7 +152,7 @@ def view_of(client: Any, targets: list[int]) -> Any:
 
 
 def run_on_ranks(
-    cluster: Any,
+    cluster: DistCluster,
     code: str,
     ranks: list[int] | None = None,
     *,
@@ -183,7 +183,7 @@ def run_on_ranks(
 
 
 def apply_on_ranks(
-    cluster: Any,
+    cluster: DistCluster,
     fn: Callable[..., Any],
     *args: Any,
     ranks: list[int] | None = None,
@@ -238,7 +238,7 @@ PROMPTS = PromptClock()
 
 
 def follow(
-    cluster: Any,
+    cluster: DistCluster,
     ar: Any,
     targets: list[int],
     ranks: list[int] | None,
@@ -324,7 +324,7 @@ def follow(
     return outputs
 
 
-def absent_ranks_hint(cluster: Any, ranks: list[int] | None) -> str:
+def absent_ranks_hint(cluster: DistCluster, ranks: list[int] | None) -> str:
     """For a cell on some ranks only: which ranks a collective in it waited for."""
     if ranks is None:
         return ""
@@ -346,7 +346,7 @@ def _timed_out(error: RankError) -> bool:
 
 
 def _interrupt(
-    cluster: Any, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
+    cluster: DistCluster, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
 ) -> None:
     """SIGINT every rank; free those still blocked in a collective with an idle one."""
     cluster.interrupt(ranks)
@@ -365,7 +365,7 @@ def _interrupt(
     _forward(ar, streams)
 
 
-def _died(cluster: Any, ar: Any, streams: list[_Stream], dead: dict[int, str]) -> RankError:
+def _died(cluster: DistCluster, ar: Any, streams: list[_Stream], dead: dict[int, str]) -> RankError:
     """The error of a call during which ranks died: the dead ranks first, then the rest."""
     info = {r.rank: r for r in cluster.ranks}
     failures = []

@@ -95,7 +95,7 @@ class ClusterHealth:
         """
         if self._ipp is None:
             return {}
-        if self.spec.launcher != "local":
+        if not self.spec.engines.on_this_machine:
             return lost_ranks(self.ranks, set(self.client.ids) if self.client else set())
         dead = {}
         for set_id in self._engine_sets:
@@ -174,7 +174,7 @@ class ClusterHealth:
     def resumed_ranks(self) -> list[int]:
         """Unresponsive ranks whose process runs again (SIGCONT after SIGSTOP), when no
         other rank is dead: the ranks the cluster replaces by itself."""
-        if self.state != ClusterState.DEGRADED or self.spec.launcher != "local":
+        if self.state != ClusterState.DEGRADED or not self.spec.engines.on_this_machine:
             return []
         bad = [r for r in self.ranks if r.state in ("dead", UNRESPONSIVE)]
         if any(r.state != UNRESPONSIVE or _stopped(r.pid) for r in bad):

@@ -16,8 +16,6 @@ from typing import Any
 from .. import envvars
 
 _HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+$")
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-REMOTE = ("ssh", "mpi", "slurm")
 
 
 class HostsError(ValueError):
@@ -79,65 +77,11 @@ def interface_address(name: str) -> str:
 
 
 def validate(spec: Any) -> None:
-    """Check the remote options of a ClusterSpec (called from its ``__post_init__``)."""
-    launcher = spec.launcher
-    if spec.hosts and launcher not in ("ssh", "mpi"):
-        raise HostsError(
-            f"--hosts is for --launcher ssh or mpi, not {launcher}; "
-            "Slurm picks the hosts: use --nodes N"
-        )
-    if launcher in ("ssh", "mpi"):
-        if not spec.hosts:
-            raise HostsError(
-                f"--launcher {launcher} needs --hosts, e.g. --hosts node1:2,node2:2 "
-                "(hosts you can ssh to without a password)"
-            )
-        total = sum(n for _, n in spec.hosts)
-        if spec.n != total:
-            raise HostsError(
-                f"-n {spec.n} but --hosts {format_hosts(spec.hosts)} has {total} ranks; "
-                "drop -n (it follows --hosts) or change the counts"
-            )
-    if spec.gpus_per_node and launcher == "local":
-        raise HostsError("--gpus-per-node is for remote launchers; on this machine use --gpus")
-    if spec.gpus_per_node and launcher in ("ssh", "mpi"):
-        over = [f"{h}:{n}" for h, n in spec.hosts if n > spec.gpus_per_node]
-        if over:
-            raise HostsError(
-                f"--hosts {over[0]} asks for more ranks than --gpus-per-node "
-                f"{spec.gpus_per_node}: one GPU per rank"
-            )
-    slurm_only = {
-        "--nodes": spec.nodes,
-        "--partition": spec.partition,
-        "--time": spec.time_limit,
-        "--account": spec.account,
-    }
-    if launcher != "slurm":
-        given = [flag for flag, value in slurm_only.items() if value]
-        if given:
-            raise HostsError(f"{given[0]} is a Slurm option: add --launcher slurm")
-        return
-    _validate_slurm(spec)
+    """Check the remote options of a ClusterSpec (called from its ``__post_init__``):
+    each launcher's strategy refuses what it does not take (``cluster/engines``)."""
+    from .engines import strategy_for
 
-
-def _validate_slurm(spec: Any) -> None:
-    nodes = spec.nodes or 1
-    # After a scale the jobs' layouts are their own: no even split to check.
-    if not spec.scaled and spec.n % nodes:
-        raise HostsError(
-            f"-n {spec.n} ranks do not split evenly over --nodes {nodes}; "
-            f"use a multiple of {nodes} (each node runs the same number of ranks)"
-        )
-    elif not spec.scaled and spec.gpus_per_node and spec.n // nodes != spec.gpus_per_node:
-        raise HostsError(
-            f"--gpus-per-node {spec.gpus_per_node} means {spec.gpus_per_node} ranks a node: "
-            f"drop -n, or use -n {nodes * spec.gpus_per_node}"
-        )
-    if spec.time_limit and not _TIME.match(spec.time_limit):
-        raise HostsError(
-            f"--time {spec.time_limit!r} is not a Slurm time; write MINUTES, H:MM:SS or D-HH:MM"
-        )
+    strategy_for(spec.launcher).validate(spec)
 
 
 def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
@@ -204,7 +148,8 @@ def remote_spec(args: Any) -> Any:
         raise HostsError("--gpus names GPUs of this machine; on other hosts use --gpus-per-node G")
     hosts = parse_hosts(args.hosts) if args.hosts else ()
     ip = listen_ip(args.ip, args.interface)
-    if args.launcher != "local" and ip.startswith("127."):
+    # (a remote spec: hosts or nodes with --launcher local are refused before this)
+    if ip.startswith("127."):
         raise HostsError(
             f"--launcher {args.launcher}: the controller would listen on {ip}, which other "
             "hosts cannot reach; add --interface NAME (or --ip ADDR) for the network the "

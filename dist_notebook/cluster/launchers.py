@@ -367,26 +367,9 @@ def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
     ``spec.launcher_config`` is merged last: any trait of the launcher (``ssh_args``,
     ``mpi_args``, ``options``, ``batch_template`` ...) can be set from there.
     """
-    cls: type
-    traits: dict[str, Any]
-    if spec.launcher == "ssh":
-        cls, traits = RankSSHEngineSetLauncher, {"engines": dict(spec.hosts)}
-    elif spec.launcher == "mpi":
-        cls, traits = RankMPIEngineSetLauncher, {"mpi_args": mpi_args(spec)}
-    elif spec.launcher == "slurm":
-        traits = {"namespace": slurm_namespace(spec.n, spec.nodes or 1, spec.gpus_per_node)}
-        for trait, value in (
-            ("queue", spec.partition),
-            ("timelimit", spec.time_limit),
-            ("account", spec.account),
-        ):
-            if value:
-                traits[trait] = value
-        cls = RankSlurmEngineSetLauncher
-    else:
+    if spec.engines.on_this_machine:
         raise ValueError(f"no remote launcher {spec.launcher!r}")
-    traits.update(spec.launcher_config)
-    return cls, {cls.__name__: traits}
+    return spec.engines.engine_launcher(spec)  # type: ignore[no-any-return]
 
 
 def slurm_namespace(n: int, nodes: int, gpus_per_node: int = 0) -> dict[str, Any]:
@@ -413,11 +396,7 @@ def engine_args(spec: Any) -> list[str]:
     (ipyparallel gives up after 5 s, too soon on a loaded machine registering 64)."""
     wait = max(5.0, min(60.0, float(spec.start_timeout)))
     args = ["--IPEngine.max_heartbeat_misses=10", f"--IPEngine.timeout={wait:g}"]
-    if spec.launcher == "local":
-        # No nanny process per engine: the engine answers signals itself
-        # (engine/boot.py) and the kernel sees a local engine's exit directly.
-        args.append("--IPEngine.enable_nanny=False")
-    return args
+    return args + spec.engines.engine_args(spec)
 
 
 def controller_args(spec: Any) -> list[str]:

@@ -26,7 +26,7 @@ def check_capacity(spec: ClusterSpec, asked: str = "-n") -> None:
 
     *asked* is how the user asked for ``spec.n`` ranks: ``-n`` at a start, ``scale`` for
     a scale (whose spec is the cluster's with the new count)."""
-    if spec.force or spec.launcher != "local":
+    if spec.force or not spec.engines.on_this_machine:
         return
     available = psutil.virtual_memory().available
     fits = max(1, available // RANK_MEMORY)

@@ -18,11 +18,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from ..store import StoreError
 from ..store.control import ControlQueue
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 POLL_S = 0.2  # how often the watcher looks for a request: the panel's Stop waits this long
@@ -33,7 +36,7 @@ CHANGE_GRACE_S = 60.0  # beyond the start timeout, for a restart or scale to end
 
 
 class ClusterOwner:
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: DistCluster) -> None:
         self.cluster = cluster
         self.run: Any = None  # the training run in progress, set by the run itself
         self._stopping = threading.Event()

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import privates
 from ..engine import group
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 GRACE = 0.3  # seconds a failure may precede its peers' own completion before we act
 
 
 class Release:
-    def __init__(self, cluster: Any, ar: Any, targets: list[int]) -> None:
+    def __init__(self, cluster: DistCluster, ar: Any, targets: list[int]) -> None:
         self.cluster = cluster
         self.ar = ar
         self.targets = targets
@@ -84,7 +87,7 @@ def _failed(md: dict[str, Any]) -> bool:
     return md.get("error") is not None or md.get("status") == "error"
 
 
-def regroup(cluster: Any) -> None:
+def regroup(cluster: DistCluster) -> None:
     """Re-create the process group after a failure; say so if that is impossible."""
     from .loop import run_sync
 

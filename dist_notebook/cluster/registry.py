@@ -9,14 +9,17 @@ from __future__ import annotations
 import atexit
 import logging
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
 _registered = False
 log = logging.getLogger("dist_notebook")
 
 
-def add(cluster: Any) -> None:
+def add(cluster: DistCluster) -> None:
     global _registered
     _live.add(cluster)
     if not _registered:
@@ -24,7 +27,7 @@ def add(cluster: Any) -> None:
         _registered = True
 
 
-def discard(cluster: Any) -> None:
+def discard(cluster: DistCluster) -> None:
     _live.discard(cluster)
 
 

@@ -41,7 +41,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traitlets.config import Config
 
@@ -50,9 +50,12 @@ from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
 from .hosts import HostsError, format_hosts, parse_hosts
-from .launchers import engine_args, mpi_args, remote_engines, slurm_namespace
+from .launchers import engine_args
 from .loop import run_sync
 from .placement import ranks_across_hosts
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 LEAVE_TIMEOUT = 30.0  # seconds for removed engines to leave the controller
@@ -70,14 +73,26 @@ class GrowError(ScaleError):
         self.kept = kept
 
 
-def check(cluster: Any, n: int, hosts: str | None = None) -> None:
+def _client(cluster: DistCluster) -> Any:
+    """The client of *cluster*, which scale asks of a ready cluster only (check())."""
+    assert cluster.client is not None, "scale needs a started cluster"
+    return cluster.client
+
+
+def _ipp(cluster: DistCluster) -> Any:
+    """ipyparallel's cluster under *cluster* (there once it started)."""
+    assert cluster._ipp is not None, "scale needs a started cluster"
+    return cluster._ipp
+
+
+def check(cluster: DistCluster, n: int, hosts: str | None = None) -> None:
     from .cluster import ClusterError
     from .spec import ClusterConfigError
 
     spec = cluster.spec
     try:
         cluster.owner.refuse_during_run(f"cannot scale to {n} ranks")
-        if n > cluster.n and spec.launcher == "local":
+        if n > cluster.n and spec.engines.on_this_machine:
             # (remote specs are not re-validated: their hosts' layout follows the scale)
             limits.check_capacity(dataclasses.replace(spec, n=n), asked="scale")
     except (ClusterError, ClusterConfigError) as e:
@@ -87,17 +102,9 @@ def check(cluster: Any, n: int, hosts: str | None = None) -> None:
             f"the cluster is {cluster.state.value}: scale a ready cluster "
             "(run %dist_cluster restart first)"
         )
-    if hosts and spec.launcher not in ("ssh", "mpi"):
-        raise ScaleError(
-            f"scale --hosts is for --launcher ssh or mpi; with --launcher {spec.launcher} "
-            "give the number of ranks only (scale N)"
-        )
-    if spec.launcher == "slurm" and spec.gpus_per_node and n > cluster.n:
-        if (n - cluster.n) % spec.gpus_per_node:
-            raise ScaleError(
-                f"scale {n}: with --gpus-per-node {spec.gpus_per_node} Slurm adds whole nodes; "
-                f"add a multiple of {spec.gpus_per_node} ranks"
-            )
+    refusal = spec.engines.scale_refusal(spec, cluster.n, n, hosts)
+    if refusal is not None:
+        raise ScaleError(refusal)
     if spec.gpus and n > len(spec.gpus):
         raise ScaleError(
             f"scale {n}: the cluster has GPUs {','.join(map(str, cluster.spec.gpus))}, one per "
@@ -105,18 +112,18 @@ def check(cluster: Any, n: int, hosts: str | None = None) -> None:
         )
 
 
-async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
+async def scale(cluster: DistCluster, n: int, hosts: str | None = None) -> float:
     """Make *cluster* have *n* ranks (ssh, mpi: laid out as *hosts* says, if given);
     return the seconds it took."""
     check(cluster, n, hosts)
     t0 = time.perf_counter()
     old = cluster.n
-    remote = cluster.spec.launcher != "local"
+    remote = not cluster.spec.engines.on_this_machine
     origins: dict[int, dict[str, Any]] = {}
     target: dict[str, int] = {}
     if remote:
         origins = await _origins(cluster)
-        if cluster.spec.launcher in ("ssh", "mpi"):
+        if cluster.spec.engines.takes_hosts:
             target = _target_layout(cluster, origins, n, hosts)
             n = sum(target.values())
             if target == _current_layout(cluster, origins):
@@ -141,7 +148,7 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
         else:
             ids = await _shrink(cluster, n)
         cluster.ranks, cluster.master_addr = await ranks_across_hosts(
-            cluster.client, ids, type(cluster.ranks[0]), previous, kept
+            _client(cluster), ids, type(cluster.ranks[0]), previous, kept
         )
         await _match_threads(cluster, ids)
         cluster.progress(f"re-creating the process group on {len(ids)} ranks")
@@ -155,28 +162,28 @@ async def scale(cluster: Any, n: int, hosts: str | None = None) -> float:
     return time.perf_counter() - t0
 
 
-def scale_sync(cluster: Any, n: int, hosts: str | None = None) -> float:
+def scale_sync(cluster: DistCluster, n: int, hosts: str | None = None) -> float:
     return run_sync(scale(cluster, n, hosts))
 
 
-async def _match_threads(cluster: Any, ids: list[int]) -> None:
+async def _match_threads(cluster: DistCluster, ids: list[int]) -> None:
     """Every rank's thread count for the new layout: survivors were started for the
     old one (a local cluster's cores over its old rank count; a remote host's cores over
     its old ranks there), and ranks of a Slurm job that shares a node with another job
     counted only their own job's ranks."""
     spec = cluster.spec
-    threads = spec.resolved_threads if spec.launcher == "local" else spec.threads
-    await asyncio.wrap_future(cluster.client[ids].apply_async(set_threads, threads))
+    threads = spec.engines.threads(spec)
+    await asyncio.wrap_future(_client(cluster)[ids].apply_async(set_threads, threads))
 
 
-def _resize(cluster: Any, n: int) -> None:
+def _resize(cluster: DistCluster, n: int) -> None:
     spec = cluster.spec
     gpus = spec.gpus[:n] if spec.gpus else ()
     cluster.spec = dataclasses.replace(spec, n=n, gpus=gpus)
 
 
-async def _grow(cluster: Any, n: int) -> list[int]:
-    client = cluster.client
+async def _grow(cluster: DistCluster, n: int) -> list[int]:
+    client = _client(cluster)
     before = set(client.ids)
     kept = [r.engine_id for r in cluster.ranks]
     added = n - cluster.n
@@ -186,12 +193,12 @@ async def _grow(cluster: Any, n: int) -> list[int]:
     return kept + sorted(set(client.ids) - before)
 
 
-async def _shrink(cluster: Any, n: int) -> list[int]:
+async def _shrink(cluster: DistCluster, n: int) -> list[int]:
     leaving = [r for r in cluster.ranks if r.rank >= n]
     cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {leaving[0].rank}..")
     pids = {r.pid for r in leaving}
     for set_id in list(cluster._engine_sets):
-        engine_set = cluster._ipp.engines.get(set_id)
+        engine_set = _ipp(cluster).engines.get(set_id)
         for identifier, launcher in list(getattr(engine_set, "launchers", {}).items()):
             if getattr(launcher, "pid", None) in pids:
                 # Buried first: a stopped engine is not a dead rank.
@@ -205,12 +212,12 @@ async def _shrink(cluster: Any, n: int) -> list[int]:
 # --- remote launchers ---------------------------------------------------------------
 
 
-async def _origins(cluster: Any) -> dict[int, dict[str, Any]]:
+async def _origins(cluster: DistCluster) -> dict[int, dict[str, Any]]:
     """{engine id: where it came from} for every rank (``rankenv.origin``)."""
     from ..engine import rankenv
 
     ids = [r.engine_id for r in cluster.ranks]
-    found = await asyncio.wrap_future(cluster.client[ids].apply_async(rankenv.origin))
+    found = await asyncio.wrap_future(_client(cluster)[ids].apply_async(rankenv.origin))
     base = _base_set(cluster)
     out = {}
     for eid, origin in zip(ids, found, strict=True):
@@ -220,7 +227,7 @@ async def _origins(cluster: Any) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _base_set(cluster: Any) -> str | None:
+def _base_set(cluster: DistCluster) -> str | None:
     """The engine set of start (or restart): its engines carry no set name."""
     return cluster._engine_sets[0] if cluster._engine_sets else None
 
@@ -235,11 +242,11 @@ def _mpi_layout(engine_set: Any) -> list[str]:
     return out
 
 
-def _host_of(cluster: Any, origin: dict[str, Any]) -> str:
+def _host_of(cluster: DistCluster, origin: dict[str, Any]) -> str:
     """The host (as ``--hosts`` names it) an engine runs on."""
     if origin["host"]:
         return str(origin["host"])
-    engine_set = cluster._ipp.engines.get(origin["set"])
+    engine_set = _ipp(cluster).engines.get(origin["set"])
     layout = _mpi_layout(engine_set) if engine_set is not None else []
     rank = origin["mpi_rank"]
     if rank is None or rank >= len(layout):
@@ -249,7 +256,7 @@ def _host_of(cluster: Any, origin: dict[str, Any]) -> str:
     return layout[rank]
 
 
-def _current_layout(cluster: Any, origins: dict[int, dict[str, Any]]) -> dict[str, int]:
+def _current_layout(cluster: DistCluster, origins: dict[int, dict[str, Any]]) -> dict[str, int]:
     """{host: ranks} in the cluster's host order (hosts scale emptied keep a 0)."""
     counts = {host: 0 for host, _ in cluster.spec.hosts}
     for origin in origins.values():
@@ -259,7 +266,7 @@ def _current_layout(cluster: Any, origins: dict[int, dict[str, Any]]) -> dict[st
 
 
 def _target_layout(
-    cluster: Any, origins: dict[int, dict[str, Any]], n: int, hosts: str | None
+    cluster: DistCluster, origins: dict[int, dict[str, Any]], n: int, hosts: str | None
 ) -> dict[str, int]:
     current = _current_layout(cluster, origins)
     cap = cluster.spec.gpus_per_node
@@ -305,7 +312,7 @@ def layout(current: dict[str, int], n: int, cap: int = 0) -> dict[str, int]:
 
 
 def _leaving(
-    cluster: Any, origins: dict[int, dict[str, Any]], n: int, target: dict[str, int]
+    cluster: DistCluster, origins: dict[int, dict[str, Any]], n: int, target: dict[str, int]
 ) -> list[Any]:
     """The ranks that go: per host its highest local ranks (ssh, mpi), else the newest
     (Slurm: the last job's ranks first)."""
@@ -329,7 +336,7 @@ def _leaving(
 
 
 async def _scale_remote(
-    cluster: Any, n: int, origins: dict[int, dict[str, Any]], target: dict[str, int]
+    cluster: DistCluster, n: int, origins: dict[int, dict[str, Any]], target: dict[str, int]
 ) -> tuple[list[int], set[int]]:
     """Remove, then add engines through the launcher; return (engine ids, kept ids)."""
     leaving = _leaving(cluster, origins, n, target)
@@ -351,15 +358,15 @@ async def _scale_remote(
     added = n - len(kept)
     new: list[int] = []
     if added > 0:
-        before = set(cluster.client.ids)
-        sets = set(cluster._ipp.engines)
+        before = set(_client(cluster).ids)
+        sets = set(_ipp(cluster).engines)
         try:
             await _add(cluster, added, target, have)
             await cluster._wait_for_engines(before, added)
         except Exception as e:
             # Nothing half-grown stays behind (a Slurm job still pending, engines that
             # did start): the cluster goes on with the ranks it kept.
-            for set_id in [s for s in list(cluster._ipp.engines) if s not in sets]:
+            for set_id in [s for s in list(_ipp(cluster).engines) if s not in sets]:
                 await _drop_set(cluster, set_id)
             known = dict(spec.hosts)
             kept_layout = tuple((h, have.get(h, 0)) for h in target if h in known or have.get(h))
@@ -376,21 +383,23 @@ async def _scale_remote(
                 "room), then scale again",
                 kept,
             ) from e
-        new = sorted(set(cluster.client.ids) - before)
+        new = sorted(set(_client(cluster).ids) - before)
     _remember_layout(cluster)
     return kept + new, set(kept)
 
 
-async def _remove(cluster: Any, leaving: list[Any], origins: dict[int, dict[str, Any]]) -> None:
+async def _remove(
+    cluster: DistCluster, leaving: list[Any], origins: dict[int, dict[str, Any]]
+) -> None:
     """Stop the engines of *leaving*; then stop engine sets (a Slurm job, an mpiexec)
     left with no engine."""
     ranks = ", ".join(str(r.rank) for r in sorted(leaving, key=lambda r: r.rank))
     cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {ranks}")
-    client = cluster.client
+    client = _client(cluster)
     shutdown = []
     stops = []
     for r in leaving:
-        launcher = _ssh_launcher(cluster, origins[r.engine_id], r.pid)
+        launcher = _stopper(cluster, origins[r.engine_id], r.pid)
         if launcher is not None:
             stops.append(asyncio.get_running_loop().run_in_executor(None, launcher.signal, 15))
         else:
@@ -410,66 +419,41 @@ async def _remove(cluster: Any, leaving: list[Any], origins: dict[int, dict[str,
             f"{LEAVE_TIMEOUT:.0f} s; going on without them"
         )
     staying = {origins[r.engine_id]["set"] for r in cluster.ranks if r.engine_id not in ids}
-    empty = [s for s in cluster._engine_sets if s not in staying and s in cluster._ipp.engines]
+    empty = [s for s in cluster._engine_sets if s not in staying and s in _ipp(cluster).engines]
     if empty:
         # Together: each stop waits for its launcher (an mpiexec's exit, scancel).
         cluster.progress(f"stopping engine set{'s' if len(empty) > 1 else ''} left empty")
-        await asyncio.gather(*(cluster._ipp.stop_engines(s) for s in empty))
+        await asyncio.gather(*(_ipp(cluster).stop_engines(s) for s in empty))
         for set_id in empty:
             cluster._engine_sets.remove(set_id)
 
 
-async def _drop_set(cluster: Any, set_id: str) -> None:
+async def _drop_set(cluster: DistCluster, set_id: str) -> None:
     """Stop an engine set that scale started and that failed; forget it either way (a
     launcher whose host cannot be reached cannot be stopped, and nothing runs there)."""
     try:
-        await cluster._ipp.stop_engines(set_id)
+        await _ipp(cluster).stop_engines(set_id)
     except Exception as e:  # the host is unreachable: its engine never started
         log.info("engine set %s of a failed scale: %s", set_id, e)
-    cluster._ipp.engines.pop(set_id, None)
+    _ipp(cluster).engines.pop(set_id, None)
     if set_id in cluster._engine_sets:
         cluster._engine_sets.remove(set_id)
 
 
-def _ssh_launcher(cluster: Any, origin: dict[str, Any], pid: int) -> Any:
-    """The ssh launcher of the engine with *pid* on *origin*'s host, or None."""
-    if cluster.spec.launcher != "ssh":
-        return None
-    engine_set = cluster._ipp.engines.get(origin["set"])
-    for identifier, launcher in getattr(engine_set, "launchers", {}).items():
-        host = identifier.rpartition("/")[0]
-        if host == origin["host"] and getattr(launcher, "pid", None) == pid:
-            return launcher
-    return None
+def _stopper(cluster: DistCluster, origin: dict[str, Any], pid: int) -> Any:
+    """The launcher that stops the engine with *pid* on *origin*'s host alone (ssh), or
+    None (it leaves through ipyparallel's shutdown request)."""
+    engine_set = _ipp(cluster).engines.get(origin["set"])
+    return cluster.spec.engines.engine_stopper(engine_set, origin["host"], pid)
 
 
-async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str, int]) -> None:
+async def _add(
+    cluster: DistCluster, added: int, target: dict[str, int], have: dict[str, int]
+) -> None:
     spec = cluster.spec
-    ipp = cluster._ipp
+    ipp = _ipp(cluster)
     grow = {h: target[h] - have.get(h, 0) for h in target if target[h] > have.get(h, 0)}
-    starts: list[tuple[int, dict[str, str], dict[str, Any]]] = []
-    base_env = cluster._engine_env(0)
-    if spec.launcher == "ssh":
-        traits = {
-            "engines": grow,
-            "hosts": list(target),
-            "first_local": {h: have.get(h, 0) for h in grow},
-            "local_sizes": {h: target[h] for h in grow},
-        }
-        starts.append((added, dict(base_env), traits))
-    elif spec.launcher == "mpi":
-        for host, count in grow.items():
-            env = dict(base_env)
-            env[envvars.LOCAL_OFFSET] = str(have.get(host, 0))
-            env[envvars.LOCAL_SIZE] = str(target[host])
-            env[envvars.HOST_NAME] = host
-            starts.append((count, env, {"mpi_args": mpi_args(spec, ((host, count),))}))
-    else:
-        gpn = spec.gpus_per_node
-        # With GPUs the job takes whole nodes (check() asked for a multiple of gpn).
-        nodes = added // gpn if gpn else spec.nodes or 1
-        namespace = slurm_namespace(added, nodes, gpn)
-        starts.append((added, dict(base_env), {"namespace": namespace}))
+    starts = spec.engines.scale_starts(spec, added, target, have, cluster._engine_env(0))
     where = f" on {format_hosts(tuple(grow.items()))}" if grow else ""
     cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")
     for count, env, traits in starts:
@@ -486,11 +470,11 @@ async def _add(cluster: Any, added: int, target: dict[str, int], have: dict[str,
     cluster._owner_only_files()
 
 
-def _remember_layout(cluster: Any) -> None:
+def _remember_layout(cluster: DistCluster) -> None:
     """A later ``restart`` starts the cluster as it is now, in one engine set."""
-    _, config = remote_engines(cluster.spec)
+    _, config = cluster.spec.engines.engine_launcher(cluster.spec)
     for name, traits in config.items():
-        section = cluster._ipp.config[name]
+        section = _ipp(cluster).config[name]
         if not isinstance(section, Config):
-            section = cluster._ipp.config[name] = Config()
+            section = _ipp(cluster).config[name] = Config()
         section.update(traits)

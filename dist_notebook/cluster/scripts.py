@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..engine import group, script
 from .execute import OutputSink, apply_on_ranks
 
+if TYPE_CHECKING:
+    from .cluster import DistCluster
+
 
 def run_script(
-    cluster: Any, path: str, argv: list[str], *, sink: OutputSink | None = None
+    cluster: DistCluster, path: str, argv: list[str], *, sink: OutputSink | None = None
 ) -> dict[int, int]:
     """Run *path* on all ranks; return {rank: exit status}.
 

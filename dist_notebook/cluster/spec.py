@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .engines import LAUNCHERS, EnginesStrategy, strategy_for
 from .hosts import HostsError
 from .hosts import validate as validate_remote
 
 BACKENDS = ("auto", "nccl", "gloo")
-LAUNCHERS = ("local", "mpi", "ssh", "slurm")
 
 
 class ClusterConfigError(ValueError):
@@ -95,11 +95,15 @@ class ClusterSpec:
         return "nccl" if self.gpus or self.gpus_per_node else "gloo"
 
     @property
+    def engines(self) -> EnginesStrategy:
+        """What this spec's launcher does differently (``cluster/engines``)."""
+        return strategy_for(self.launcher)
+
+    @property
     def resolved_threads(self) -> int:
         if self.threads is not None:
             return self.threads
-        local_ranks = self.n if self.launcher == "local" else 1
-        return max(1, (os.cpu_count() or 1) // local_ranks)
+        return max(1, (os.cpu_count() or 1) // self.engines.ranks_per_host(self))
 
 
 def _ids(ids: object) -> str:

@@ -12,11 +12,14 @@ import contextlib
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psutil
 
 from ..engine.stacks import stack_file
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 
 def _size(path: str) -> int:
@@ -30,7 +33,7 @@ def _stopped_text(pid: int) -> str:
     return f"process {pid} is stopped (SIGSTOP): it cannot run any code"
 
 
-def _silent(cluster: Any, rank: int) -> str:
+def _silent(cluster: DistCluster, rank: int) -> str:
     pid = next(r.pid for r in cluster.ranks if r.rank == rank)
     try:
         if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
@@ -44,16 +47,14 @@ class StacksError(RuntimeError):
     """The stacks cannot be collected; the message says why."""
 
 
-def collect_stacks(cluster: Any, wait: float = 1.0) -> dict[int, str]:
+def collect_stacks(cluster: DistCluster, wait: float = 1.0) -> dict[int, str]:
     """{rank: stack text (or why there is none)} for every rank of a local cluster."""
     directory = cluster.stack_dir
-    if cluster.spec.launcher != "local":
+    refusal = cluster.spec.engines.stacks_refusal()
+    if refusal is not None:
         # Remote ranks' pids are other hosts' (or other PID namespaces'): they get no
         # stack folder (DistCluster._make_stack_dir).
-        raise StacksError(
-            f"stacks needs local engines (--launcher local): the ranks of --launcher "
-            f"{cluster.spec.launcher} run on other hosts, where this kernel cannot signal them"
-        )
+        raise StacksError(refusal)
     report: dict[int, str] = {}
     pending: dict[int, tuple[str, int]] = {}
     for info in cluster.ranks:

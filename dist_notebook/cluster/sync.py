@@ -18,9 +18,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .launchers import ssh_config_args
+
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
 SYNC_TIMEOUT_S = 300.0  # one host's copy; a host that takes longer is named as failed
 # Not copied: what a working directory holds that the ranks never import.
@@ -40,17 +43,10 @@ class Synced:
     tool: str
 
 
-def remote_hosts(cluster: Any) -> list[str]:
+def remote_hosts(cluster: DistCluster) -> list[str]:
     """The hosts the cluster's ranks run on, as its launcher reaches them (ssh/mpi)."""
     spec = cluster.spec
-    if spec.launcher == "local":
-        return []
-    if spec.launcher == "slurm":
-        raise SyncError(
-            "%dist_sync copies over ssh, which a Slurm cluster's nodes may not take: keep "
-            "the code on a file system the nodes share (or start with --launcher ssh)"
-        )
-    return [host for host, count in spec.hosts if count > 0]
+    return spec.engines.sync_hosts(spec)
 
 
 def _files(folder: Path) -> tuple[int, int]:
@@ -105,7 +101,7 @@ def _copy_one(host: str, folder: Path) -> str:
     return tool
 
 
-def sync(cluster: Any, folder: str | None = None) -> Synced:
+def sync(cluster: DistCluster, folder: str | None = None) -> Synced:
     """Copy *folder* (default: this process's working directory) to every remote host."""
     path = Path(folder or os.getcwd()).expanduser().resolve()
     if not path.is_dir():

@@ -10,7 +10,7 @@ the others over the process group.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import numpy
@@ -18,8 +18,11 @@ import numpy
 from ..engine import shm, values
 from .execute import apply_on_ranks
 
+if TYPE_CHECKING:
+    from .cluster import DistCluster
 
-def push(cluster: Any, mapping: dict[str, Any], ranks: list[int] | None = None) -> None:
+
+def push(cluster: DistCluster, mapping: dict[str, Any], ranks: list[int] | None = None) -> None:
     """Bind each name of *mapping* on every rank (cloudpickle: functions and instances
     defined in the notebook travel too; define classes with %%dist instead).
 
@@ -48,7 +51,7 @@ class PullError(RuntimeError):
     """A pulled value could not be rebuilt in the kernel; the message names the fix."""
 
 
-def pull(cluster: Any, expression: str, ranks: list[int]) -> dict[int, Any]:
+def pull(cluster: DistCluster, expression: str, ranks: list[int]) -> dict[int, Any]:
     """Evaluate *expression* on each rank and return {rank: value}.
 
     The ranks send the value cloudpickled (classes of ``%%dist`` cells by value); it is
@@ -89,12 +92,12 @@ def warm_up() -> None:
     ).start()
 
 
-def rank_pids(cluster: Any) -> list[int]:
+def rank_pids(cluster: DistCluster) -> list[int]:
     """The pids of the cluster's local ranks (the writers of their pulls' files)."""
     return [r.pid for r in getattr(cluster, "ranks", []) if getattr(r, "pid", None)]
 
 
-def _same_host(cluster: Any) -> bool:
+def _same_host(cluster: DistCluster) -> bool:
     """Whether every rank runs on this host (the local launcher)."""
     spec = getattr(cluster, "spec", None)
     return getattr(spec, "launcher", "local") == "local"

@@ -15,6 +15,7 @@ from IPython.display import display
 
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
+from ..cluster.engines import strategy_for
 from ..cluster.transfer import warm_up
 from ..detached.attached import AttachedCluster, start_detached
 from .args import (
@@ -57,7 +58,7 @@ EXAMPLES = """
 
 def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
     """Turn parsed flags into a ClusterSpec, checking GPUs against what the host has."""
-    if args.launcher != "local" or args.hosts or args.nodes:
+    if not strategy_for(args.launcher).on_this_machine or args.hosts or args.nodes:
         return remote_cluster_spec(args)
     gpus: tuple[int, ...] = ()
     if args.gpus is not None:
@@ -325,14 +326,14 @@ class ClusterMagics(Magics):
     def _stacks(self, args: Any) -> None:
         """The hang report: every rank's Python stack now (nothing is interrupted)."""
         from ..cluster.stacks import collect_stacks
-        from . import stacks_report
 
         cluster = self.session.cluster
         if cluster is None or not cluster.ranks:
             raise UsageError("no cluster is running: start one with %dist_cluster start")
-        if cluster.spec.launcher != "local":
+        if not cluster.spec.engines.on_this_machine:
             raise UsageError("stacks needs local engines: their stack files are on other hosts")
-        print(stacks_report.report(collect_stacks(cluster)))
+        for rank, text in collect_stacks(cluster).items():
+            print(f"--- rank {rank} ---\n{text.rstrip()}\n")
 
     def _scale(self, args: Any) -> None:
         try:

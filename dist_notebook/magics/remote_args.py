@@ -7,6 +7,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ..cluster import ClusterConfigError
+from ..cluster.engines import strategy_for
 from ..cluster.hosts import HostsError, listen_ip, remote_spec
 from .args import MagicParser, positive_int
 
@@ -40,7 +41,7 @@ def local_ip(args: Any) -> str:
 
 
 def remote_cluster_spec(args: Any) -> Any:
-    if args.launcher == "local":
+    if strategy_for(args.launcher).on_this_machine:
         flag = "--hosts" if args.hosts else "--nodes"
         raise UsageError(f"{flag} needs a remote launcher: add --launcher ssh, mpi or slurm")
     try:
