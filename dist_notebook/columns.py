@@ -100,7 +100,7 @@ def is_columns(payload: bytes) -> int:
 class _Head:
     """A header, checked, with what reading its body needs."""
 
-    __slots__ = ("run", "rank", "n", "end", "names", "floats", "gaps", "gpu", "template")
+    __slots__ = ("run", "rank", "n", "end", "names", "floats", "system", "gaps", "gpu", "template")
 
     def __init__(self, head: Any, run_id: str) -> None:
         if type(head) is not dict or head.get("v") != VERSION or head.get("run") != run_id:
@@ -132,9 +132,13 @@ class _Head:
                 k: x for k in GPU_FIELDS if (x := from_json_value(sample.get(k))) is not None
             }
         self.run, self.rank, self.n, self.end = run_id, rank, n, bool(head.get("end"))
-        self.floats = cols[1:]  # the float64 columns, in order
+        self.floats = len(cols) - 1  # float64 columns: time, the system's given, metrics
         self.names = [c[2:] for c in cols if c.startswith("m:")]
-        self.gaps: dict[str, list[int]] = gaps
+        if cols[2 : len(cols) - len(self.names)] != [c for c in SYSTEM if c in cols]:
+            raise WireError("a batch's columns are step, time, the system's, then metrics")
+        # Where each system field's column is among the float64 ones (None: not given).
+        self.system = [cols.index(c) - 1 if c in cols else None for c in SYSTEM]
+        self.gaps = [(cols.index(c), where) for c, where in gaps.items()]
         # Each record's metrics as the store's JSON text, by a template of the names
         # (json.dumps's text: ", " and ": "); None where a record may lack one.
         self.template: str | None = None
@@ -181,7 +185,7 @@ def read(
     head = _head(payload[:at], run_id)
     n = head.n
     body = memoryview(payload)[at + 1 :]
-    if len(body) != 8 * n * (1 + len(head.floats)):
+    if len(body) != 8 * n * (1 + head.floats):
         raise WireError("a batch's body does not hold its columns")
     steps_a = array("q")
     steps_a.frombytes(body[: 8 * n])
@@ -192,15 +196,20 @@ def read(
         floats_a.byteswap()
     steps: list[Any] = steps_a.tolist()
     floats: list[Any] = floats_a.tolist()
-    columns = {c: floats[i * n : (i + 1) * n] for i, c in enumerate(head.floats)}
-    for name, where in head.gaps.items():
-        column = steps if name == "step" else columns[name]
-        for i in where:
-            column[i] = None
-    times = columns.pop("time")
-    none = list(repeat(None, n)) if len(columns) - len(head.names) < len(SYSTEM) else []
-    system = [columns.pop(c, none) for c in SYSTEM]
-    names, values = head.names, list(columns.values())
+    for column, where in head.gaps:  # column 0 is the steps, k the float64 column k - 1
+        if column:
+            start = (column - 1) * n
+            for i in where:
+                floats[start + i] = None
+        else:
+            for i in where:
+                steps[i] = None
+    times = floats[:n]
+    none = [None] * n
+    system = [none if k is None else floats[k * n : (k + 1) * n] for k in head.system]
+    first = head.floats - len(head.names)  # the metrics' columns are the last
+    values = [floats[k * n : (k + 1) * n] for k in range(first, head.floats)]
+    names = head.names
     text: list[str] | None = None
     if texts and head.template is not None and _finite(values):
         text = _texts(head.template, values, n)
