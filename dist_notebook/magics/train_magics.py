@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..cluster import ClusterError
 from ..detached.attached import AttachedCluster
 from ..export import ExportUnavailable
 from ..export import check as check_exports
@@ -196,6 +197,10 @@ class TrainMagics(Magics):
             # The keeper runs it, so that it goes on without this kernel; followed here.
             run: Any = cluster.start_run(spec)
         else:
+            try:  # refused at once, in one line, before a run or its live view is made
+                cluster.owner.refuse_during_run("%%dist_train: cannot start another run")
+            except ClusterError as e:
+                raise UsageError(str(e)) from None
             run = TrainingRun(cluster, spec, writer=cluster.writer())
         dashboard = None
         if not args.no_dashboard:

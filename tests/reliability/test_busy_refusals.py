@@ -45,11 +45,17 @@ def test_scale_push_and_pull_during_a_background_run_are_refused(shell: Any, clu
             (shell.run_line_magic, ("dist_cluster", "scale 1"), "cannot scale to 1 ranks"),
             (shell.run_line_magic, ("dist_push", "lr"), "cannot push to the ranks"),
             (shell.run_line_magic, ("dist_pull", "rank"), "cannot pull from the ranks"),
+            (
+                shell.run_cell_magic,
+                ("dist_train", "--steps 3", "report(step=0, loss=1.0)"),
+                "%%dist_train: cannot start another run",
+            ),
         ):
             message = refusal(fn, *args)
             assert message.startswith(doing) and "run bgbusy trains in the background" in message
             assert "stop it" in message
         assert run.state.value in ("pending", "running") and cluster2.n == 2  # untouched
+        assert cluster2.owner.active_run() is run  # the refused run was never made
     finally:
         run.stop()
         deadline = time.monotonic() + 60
