@@ -141,12 +141,34 @@ describe('heatOf', () => {
     assert.equal(heatOf(new Map(), 'step', 0, null, 10), null);
   });
 
+  it('keeps a thinned rank one line: gaps between its values take the earlier one', () => {
+    const series = ranks(12, () => 0.03, 40);
+    // rank 5 sent as envelopes: a point every 10 steps, the last at step 30
+    series.set(
+      5,
+      series
+        .get(5)!
+        .filter(p => p.step % 10 === 0)
+        .map(p => ({ ...p, value: 0.09 }))
+    );
+    const heat = heatOf(series, 'step', 1000, null, 200)!;
+    const row = Array.from(heat.rows[5]);
+    assert.ok(
+      row.slice(0, 31).every(v => v === 0.09),
+      'one line from step 0 to 30'
+    );
+    assert.ok(
+      row.slice(31).every(v => Number.isNaN(v)),
+      'nothing after its last value'
+    );
+  });
+
   it('colours the median pale, slower red, faster blue', () => {
     assert.equal(heatColor(1, 1), 'rgb(236,236,230)');
     assert.equal(heatColor(2, 1), 'rgb(214,39,40)');
     assert.equal(heatColor(8, 1), 'rgb(214,39,40)', 'clipped at twice');
     assert.equal(heatColor(0.5, 1), 'rgb(31,119,180)');
-    assert.match(heatColor(NaN, 1), /rgba/);
+    assert.equal(heatColor(NaN, 1), 'transparent');
   });
 });
 

@@ -217,6 +217,25 @@ export interface IHeat {
   median: number;
 }
 
+/**
+ * Empty cells between two of a rank's values take the earlier one: a rank whose records
+ * came thinned (envelopes, live.py) is still one line, not a dashed one.
+ */
+function fillGaps(row: Float64Array): void {
+  let last = NaN;
+  let end = row.length - 1;
+  while (end >= 0 && Number.isNaN(row[end])) {
+    end -= 1;
+  }
+  for (let i = 0; i < end; i++) {
+    if (Number.isNaN(row[i])) {
+      row[i] = last;
+    } else {
+      last = row[i];
+    }
+  }
+}
+
 /** The ranks x x-buckets matrix of *series* (at most *columns* columns), or null. */
 export function heatOf(
   series: ReadonlyMap<number, readonly IPoint[]>,
@@ -231,6 +250,7 @@ export function heatOf(
   }
   const ranks = [...series.keys()].sort((a, b) => a - b);
   const rows = bucketMeans(series, ranks, axis, t0, g.lo, g.width, g.count, range);
+  rows.forEach(fillGaps);
   const cells: number[] = [];
   for (const row of rows) {
     row.forEach(v => {
@@ -257,7 +277,7 @@ export function heatOf(
  */
 export function heatColor(value: number, mid: number): string {
   if (Number.isNaN(value)) {
-    return 'rgba(128,128,128,0.15)';
+    return 'transparent';
   }
   const ratio = mid > 0 && value > 0 ? value / mid : value > mid ? 2 : 0.5;
   const t = Math.max(-1, Math.min(1, Math.log2(ratio)));
