@@ -153,9 +153,11 @@ def child_sender(args: argparse.Namespace) -> None:
             tick += 1
             due = t0 + tick * period
             time.sleep(max(0.0, due - time.monotonic()))
-            last = time.monotonic() - t0 >= args.seconds
-            # Records due by now (so a late wake-up does not lower the rate).
-            want = int(round(min(tick * period, args.seconds) * args.rate))
+            elapsed = time.monotonic() - t0
+            last = elapsed >= args.seconds
+            # Records due by now (so a late wake-up does not lower the rate), all of them
+            # by the end (a sender that fell behind on a loaded machine sent fewer before).
+            want = int(round(min(elapsed, args.seconds) * args.rate))
             for rank in ranks:
                 k = want - steps[rank]
                 rows = [row(steps[rank] + j, time.time()) for j in range(max(0, k))]
