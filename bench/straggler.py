@@ -134,12 +134,15 @@ def one_run(ip: Any, name: str, kind: str) -> dict[str, Any]:
             "rank": s.rank,
             "step_ms": None if s.step_time is None else 1e3 * s.step_time,
             "others_wait_ms": None if s.others_wait is None else 1e3 * s.others_wait,
-            "share": s.others_wait / s.step_time if s.others_wait and s.step_time else None,
+            "share": s.others_wait / s.step_time if s.others_wait is not None else None,
             "waited_for": s.waited_for_share,
         }
         for s in summaries
     ]  # fmt: skip
-    row["windows"] = window_extremes(run.records())
+    records = run.records()
+    row["windows"] = window_extremes(records)
+    # (rank, step, step_time, comm_time) of every record: to try other rules on the same runs
+    row["records"] = [(r.rank, r.step, r.step_time, r.comm_time) for r in records]
     if mismatch is None:
         times = quietly(ip.run_line_magic, "dist_pull", "times --all")[0]
         skew = [1e3 * (b[0] - a[0]) for a, b in zip(times[0][5:], times[1][5:], strict=False)]

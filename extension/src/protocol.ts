@@ -7,7 +7,7 @@ export const PROTOCOL_VERSION = 2;
 
 export const WINDOW = 20;
 
-export const STRAGGLER_PERSISTENCE = 0.9;
+export const STRAGGLER_PERSISTENCE = 0.8;
 
 export const STRAGGLER_MIN_SHARE = 0.2;
 
