@@ -7,6 +7,7 @@ which differs once an engine has been replaced.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -110,6 +111,7 @@ class _Stream:
         self.sink = sink
         self.offsets = {"stdout": 0, "stderr": 0}
         self.displays = 0
+        self.interrupted = False  # the kernel interrupted the cell (_interrupt)
 
     def forward(self, md: dict[str, Any]) -> None:
         if self.sink is None:
@@ -122,7 +124,9 @@ class _Stream:
             if len(text) > start:
                 new = text[start:]
                 if name == "stderr":
-                    new = new.replace(_MARKER, "")
+                    new = _MARKER.sub("", new)
+                    if self.interrupted and not new.strip():
+                        new = ""  # the blank line IPython writes around its marker
                 if new:
                     self.sink(self.rank, name, new)
                 self.offsets[name] = len(text)
@@ -134,7 +138,7 @@ class _Stream:
 
 # What a rank's IPython writes to stderr when its cell is interrupted: the kernel says it
 # once, in one line, instead (RanksInterrupted, RankError's interrupt line).
-_MARKER = "\nKeyboardInterrupt\n"
+_MARKER = re.compile(r"\n*^KeyboardInterrupt$\n?", re.M)
 
 
 def view_of(client: Any, targets: list[int]) -> Any:
@@ -349,6 +353,8 @@ def _interrupt(
     cluster: DistCluster, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
 ) -> None:
     """SIGINT every rank; free those still blocked in a collective with an idle one."""
+    for stream in streams:
+        stream.interrupted = True
     cluster.interrupt(ranks)
     if not ar.wait(1):
         release.release()
