@@ -9,23 +9,34 @@ keeps every live-view element it sees. The kernel reports what the live view cos
 message polling: ``Dashboard.cost()``) and its own process CPU over the run, with the
 dashboard and with ``--no-dashboard``, runs interleaved.
 
-    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 2]
+    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 3]
 
 Writes bench/results/live_view.json. Figures: chart changes a second, p50/p95 from
 report() to drawn, the live view's kernel cost as a share of one core, whether the output
-element was ever replaced. Each figure is measured twice, side by side: with this
-package's labextension enabled and with it disabled (``jupyter labextension disable``'s
-page config in the server's own config dir: what VS Code, Colab or a hub without it amount
-to; the chart is the anywidget the kernel ships either way). ``--modes`` picks them.
+element was ever replaced. Each figure is measured side by side: with this package's
+labextension enabled and with it disabled (``jupyter labextension disable``'s page config
+in the server's own config dir: what VS Code, Colab or a hub without it amount to; the
+chart is the anywidget the kernel ships either way). ``--modes`` picks them; each rep
+starts a fresh server per mode, the modes interleaved (A B A B ...), and the summary gives
+each figure's spread over the reps.
+
+report() to drawn, split: the page also logs each records message as it arrived
+(``window.__dnLiveRecv``), so each record's latency is kernel (report() to the kernel's
+send, ``clock``), transit (send to the browser's receipt: kernel, server, websocket) and
+browser (receipt to the draw). The view's own figure (``latency_ms``) counts the transit
+out (it takes the kernel's clock through the last message); on this one machine the
+browser and kernel clocks are the same, so ``true_latency_ms`` is draw minus report().
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import secrets
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +56,21 @@ for i in range({steps}):
     time.sleep(0.009)
     report(step=i, loss=1.0 / (i + 1), acc=i / {steps}, samples=64)
 """
+# Before each run: the live feed's hand-over stamps each record's arrival in the kernel
+# (arrival minus report(): the rank-to-kernel part of the kernel part). Bench only.
+PROBE = """import time
+from dist_notebook.display import live as _live
+if not hasattr(_live, "_bench_arrivals"):
+    _live._bench_arrivals = []
+    _orig = _live.LiveFeed._on_records
+    def _probe(self, records, _orig=_orig):
+        now = time.time()
+        _live._bench_arrivals.extend(now - r.time for r in records)
+        _orig(self, records)
+    _live.LiveFeed._on_records = _probe
+_live._bench_arrivals.clear()
+_cpu0 = time.process_time()
+"""
 COST = """import json, time
 _m = get_ipython().magics_manager.registry["TrainMagics"]
 _r, _d = _m.last_result, _m.last_dashboard
@@ -53,10 +79,12 @@ print("BENCH_RESULT " + json.dumps({
     "live_cpu": None if _d is None else _d.cost(),
     "messages": None if _d is None else _d.feed.messages,
     "process_cpu": time.process_time() - _cpu0,
+    "arrivals": [round(a, 4) for a in _live._bench_arrivals],
 }))
 """
 WATCH = """
 window.__dnLiveLog = [];
+window.__dnLiveRecv = [];
 window.__dnLiveElements = [];
 new MutationObserver(() => {
   for (const el of document.querySelectorAll('.dn-live')) {
@@ -109,7 +137,7 @@ def notebook(root: Path, steps: int, reps: int) -> list[str]:
         for live in (True, False):
             name = f"{'live' if live else 'off'}{rep}"
             flags = "" if live else "--no-dashboard"
-            cells.append("import time\n_cpu0 = time.process_time()")
+            cells.append(PROBE)
             cells.append(TRAIN.format(name=name, steps=steps, flags=flags))
             cells.append(COST)
             names.append(name)
@@ -145,6 +173,7 @@ def measure(url: str, names: list[str], timeout: float, shot: Path) -> dict[str,
         seen = page.evaluate(
             """() => ({
               log: window.__dnLiveLog,
+              recv: window.__dnLiveRecv,
               elements: window.__dnLiveElements.map(
                 el => el.querySelector('.dn-live-title')?.textContent)
             })"""
@@ -191,9 +220,34 @@ def _wait_for_results(page: Any, n: int, timeout: float) -> list[dict[str, Any]]
     raise SystemExit(f"no result after {timeout:.0f} s; outputs: {kinds}")
 
 
+def split_latency(recv: list[dict[str, Any]], draws: list[dict[str, Any]]) -> dict[str, Any]:
+    """report() to drawn in parts, per record: kernel (report() to the kernel's send),
+    transit (send to the browser's receipt), browser (receipt to the draw of the records,
+    from the last message before the draw); seconds on this machine's one clock."""
+    kernel: list[float] = []
+    transit: list[float] = []
+    browser: list[float] = []
+    arrivals = sorted(m["at"] for m in recv)
+    for m in recv:
+        kernel += [m["clock"] - t for t in m["times"]]
+        transit += [m["at"] - m["clock"]] * len(m["times"])
+    for d in draws:
+        i = bisect.bisect_right(arrivals, d["at"]) - 1
+        if i >= 0:
+            browser += [d["at"] - arrivals[i]] * len(d["latencies"])
+    return {
+        name: {"p50": 1000 * percentile(v, 50), "p95": 1000 * percentile(v, 95), "n": len(v)}
+        for name, v in (("kernel", kernel), ("transit", transit), ("browser", browser))
+    }
+
+
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     draws = [d for d in raw["seen"]["log"] if d["latencies"]]
     latencies = [x for d in draws for x in d["latencies"]]
+    # a history sent again to a view made late (reset) holds old records: not live ones
+    recv = [m for m in raw["seen"]["recv"] if m["times"] and not m.get("reset")]
+    # one clock: a record's report() to its draw, the transit included
+    true_latencies = [d["at"] - t for d in draws for t in d.get("times", [])]
     # draws per second within each live run: split the log where it pauses > 2 s
     runs: list[list[float]] = [[]]
     for d in draws:
@@ -206,18 +260,68 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     titles = raw["seen"]["elements"]
     return {
         "draws_per_s": rates,
-        "latency_ms": {
-            "n": len(latencies),
-            "p50": 1000 * percentile(latencies, 50),
-            "p95": 1000 * percentile(latencies, 95),
-            "max": 1000 * max(latencies) if latencies else None,
-        },
+        "latency_ms": _pcts(latencies) | {"max": 1000 * max(latencies) if latencies else None},
+        "true_latency_ms": _pcts(true_latencies),
+        "latency_parts_ms": split_latency(recv, draws),
+        "history_records": sum(len(m["times"]) for m in raw["seen"]["recv"] if m.get("reset")),
+        # the kernel part over the run, by tenths: where in the run the slow records are
+        "kernel_part_p95_by_tenth_ms": _by_tenth(recv),
+        # report() to the kernel's hand-over (the collector), by tenths of the run
+        "arrival_ms": [_pcts(k["arrivals"]) for k in live],
+        "arrival_p95_by_tenth_ms": [_tenths(k["arrivals"]) for k in live],
         "records_per_s": [k["records"] / k["wall"] for k in raw["kernel"]],
         "live_view_core_share": [k["live_cpu"] / k["wall"] for k in live],
         "kernel_core_share_live": [k["process_cpu"] / k["wall"] for k in live],
         "kernel_core_share_off": [k["process_cpu"] / k["wall"] for k in off],
         "messages_per_s": [k["messages"] / k["wall"] for k in live],
         "elements_per_run": {t: titles.count(t) for t in sorted(set(titles))},
+    }
+
+
+def _by_tenth(recv: list[dict[str, Any]]) -> list[float]:
+    return _tenths([a for _, a in sorted((t, m["clock"] - t) for m in recv for t in m["times"])])
+
+
+def _tenths(values: list[float]) -> list[float]:
+    """p95 (ms) of each tenth of *values*, in their order."""
+    tenth = max(1, len(values) // 10)
+    return [1000 * percentile(values[i : i + tenth], 95) for i in range(0, len(values), tenth)]
+
+
+def _pcts(values: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values),
+        "p50": 1000 * percentile(values, 50),
+        "p95": 1000 * percentile(values, 95),
+    }
+
+
+def spread(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure over the reps: [min, median, max]."""
+
+    def three(values: list[float]) -> list[float]:
+        return [min(values), statistics.median(values), max(values)] if values else []
+
+    def each(pick: Any) -> list[float]:
+        out: list[float] = []
+        for r in reps:
+            value = pick(r)
+            out += value if isinstance(value, list) else [value]
+        return three([v for v in out if v is not None])
+
+    return {
+        "reps": len(reps),
+        "draws_per_s": each(lambda r: r["draws_per_s"]),
+        "latency_p50_ms": each(lambda r: r["latency_ms"]["p50"]),
+        "latency_p95_ms": each(lambda r: r["latency_ms"]["p95"]),
+        "true_latency_p95_ms": each(lambda r: r["true_latency_ms"]["p95"]),
+        "kernel_part_p95_ms": each(lambda r: r["latency_parts_ms"]["kernel"]["p95"]),
+        "transit_part_p95_ms": each(lambda r: r["latency_parts_ms"]["transit"]["p95"]),
+        "browser_part_p95_ms": each(lambda r: r["latency_parts_ms"]["browser"]["p95"]),
+        "live_view_core_share": each(lambda r: r["live_view_core_share"]),
+        "kernel_core_share_live": each(lambda r: r["kernel_core_share_live"]),
+        "kernel_core_share_off": each(lambda r: r["kernel_core_share_off"]),
+        "elements_per_run_max": max(max(r["elements_per_run"].values(), default=0) for r in reps),
     }
 
 
@@ -236,13 +340,16 @@ def run_mode(mode: str, steps: int, reps: int) -> dict[str, Any]:
     ran = [k["name"] for k in raw["kernel"]]
     if ran != names:  # each measuring cell reports the run of the cell before it
         raise SystemExit(f"{mode}: cells ran out of order: {ran} != {names}")
-    return {"figures": summarize(raw), "raw_kernel": raw["kernel"]}
+    figures = summarize(raw)
+    for k in raw["kernel"]:
+        k.pop("arrivals", None)  # summarized above
+    return {"figures": figures, "raw_kernel": raw["kernel"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300 if quick() else 2000)
-    parser.add_argument("--reps", type=int, default=1 if quick() else 2)
+    parser.add_argument("--reps", type=int, default=1 if quick() else 3)
     parser.add_argument(
         "--modes",
         default=",".join(MODES),
@@ -255,9 +362,17 @@ def main() -> None:
         raise SystemExit(f"--modes: unknown {unknown}; choose from {', '.join(MODES)}")
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
-    results = {mode: run_mode(mode, args.steps, args.reps) for mode in modes}
-    print(json.dumps({m: r["figures"] for m, r in results.items()}, indent=2))
-    write_result("live_view", {"steps": args.steps, "reps": args.reps, "modes": results})
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(args.reps):  # the modes interleaved: drift in load falls on both
+        for mode in modes:
+            runs[mode].append(run_mode(mode, args.steps, 1))
+            print(f"rep {rep} {mode}: {json.dumps(runs[mode][-1]['figures'])}", flush=True)
+    summary = {m: spread([r["figures"] for r in rs]) for m, rs in runs.items()}
+    print(json.dumps(summary, indent=2))
+    write_result(
+        "live_view",
+        {"steps": args.steps, "reps": args.reps, "summary": summary, "modes": runs},
+    )
     print(f"results in {RESULTS / 'live_view.json'}")
 
 

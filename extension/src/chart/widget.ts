@@ -50,7 +50,20 @@ export interface IRecordsMessage {
 declare global {
   interface Window {
     /** Set by a measuring page: every draw of a live view is logged here. */
-    __dnLiveLog?: { at: number; latencies: number[]; points: number }[];
+    __dnLiveLog?: {
+      at: number;
+      latencies: number[];
+      times: number[];
+      points: number;
+    }[];
+    /** Set by a measuring page: every records message as it arrived (bench/live_view.py
+     * splits report()-to-drawn into kernel, transit and browser parts with it). */
+    __dnLiveRecv?: {
+      at: number;
+      clock: number;
+      times: number[];
+      reset: boolean;
+    }[];
   }
 }
 
@@ -90,6 +103,12 @@ export class LiveStore {
     this.records.push(...msg.records);
     this.summary = msg.summary ?? this.summary;
     this.skew = Date.now() / 1000 - msg.clock;
+    window.__dnLiveRecv?.push({
+      at: Date.now() / 1000,
+      clock: msg.clock,
+      times: msg.records.map(r => r.time),
+      reset: msg.reset === true
+    });
     for (const view of this._views) {
       view(msg);
     }
@@ -165,6 +184,7 @@ export class LiveRunView {
       log.push({
         at: Date.now() / 1000,
         latencies: info.recordTimes.map(t => now - t),
+        times: info.recordTimes,
         points: info.points
       });
     }
