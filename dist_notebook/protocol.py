@@ -46,10 +46,10 @@ WINDOW = 20  # records per rank behind every derived measure
 # last at the all-reduce of healthy ranks is a coin toss each step, however large the
 # step-to-step noise. Measured (bench/straggler.py: 2 CPU ranks, load average 8-39, with
 # and without two CPU hogs, 60-step runs): at a run's end healthy ranks were waited for in
-# at most 15 of 20 steps (24 runs), a rank sleeping 30 ms a step in at least 16 (24 runs);
-# over every 20-step window of 12 of those runs of each, 2 healthy windows in 480 reached
-# 16 (a live view's flag for one step) and 25 slowed ones in 480 fell below. The margin
-# is one step of 20 at such loads: bench/README.md.
+# at most 15 of 20 steps (30 runs), a rank sleeping 30 ms a step in at least 16 (30 runs);
+# over every 20-step window of 18 of those runs of each, 4 healthy windows in 720 reached
+# 16 (a live view's flag for a step or two) and 41 slowed ones in 720 fell below. The
+# margin is one step of 20 at such loads: bench/README.md.
 STRAGGLER_PERSISTENCE = 0.8
 STRAGGLER_MIN_SHARE = 0.2
 STRAGGLER_MIN_SAMPLES = 10
