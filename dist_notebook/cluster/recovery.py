@@ -91,6 +91,9 @@ def regroup(cluster: DistCluster) -> None:
     """Re-create the process group after a failure; say so if that is impossible."""
     from .loop import run_sync
 
+    owner = getattr(cluster, "owner", None)
+    if owner is not None and owner.stopping():
+        return  # a stop cancelled the cell (or run): the cluster needs no group any more
     try:
         run_sync(cluster.init_group())
     except Exception as e:  # report, keep the original failure as the cell's error

@@ -66,6 +66,8 @@ def test_interrupt_status_and_refusals_read_true(lab, page) -> None:  # type: ig
     shot(page, "truth-refused")
 
     run(page, 5, "stopped")
+    stopping = cell(page, 5).locator(".jp-OutputArea").inner_text()
+    assert "process group" not in stopping, stopping  # a stop re-makes nothing first
     run(page, 6, "stopped; start one with %dist_cluster start")
     stopped = cell(page, 6).locator(".jp-OutputArea").inner_text()
     assert "idle" not in stopped and "pid" not in stopped, stopped  # no table of dead pids
