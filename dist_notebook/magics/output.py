@@ -308,8 +308,8 @@ def nodes_table(
 def _slowest(members: list[int], times: dict[int, float | None], slow: set[int]) -> str:
     """The rank of *members* with the most time (``7``, ``7 straggler``), or ``-``."""
     known = [(t, r) for r in members if (t := times.get(r)) is not None and math.isfinite(t)]
-    if not known:
-        return "-"
+    if not known or (len(members) > 1 and len({t for t, _ in known}) == 1):
+        return "-"  # nothing yet, or ranks all alike (lockstep, none waited for)
     rank = max(known, key=lambda tr: (tr[0], -tr[1]))[1]
     return f"{rank} straggler" if rank in slow else str(rank)
 

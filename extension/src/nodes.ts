@@ -116,12 +116,18 @@ export function nodeGroups(
   return [...groups.entries()].map(([key, members]) => {
     let slowest: number | null = null;
     let top = -Infinity;
+    let low = Infinity;
     for (const m of members) {
       const t = field === null ? null : finiteTime(byRank.get(m.rank)?.[field]);
       if (t !== null && t > top) {
         top = t;
         slowest = m.rank;
       }
+      low = t === null ? low : Math.min(low, t);
+    }
+    // Ranks all alike (lockstep, none waited for): no rank is the slowest.
+    if (members.length > 1 && top === low) {
+      slowest = null;
     }
     return {
       key,

@@ -55,5 +55,11 @@ describe('node summary', () => {
       [null],
       'no run: no slowest rank'
     );
+    const alike = stats.map(s => ({ ...s, compute_time: 0.01 }));
+    assert.deepEqual(
+      nodeGroups(ranks, alike).map(g => g.slowest),
+      [null, null, null, null],
+      'ranks all alike: none is the slowest'
+    );
   });
 });

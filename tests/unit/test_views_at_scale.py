@@ -34,6 +34,8 @@ def test_nodes_table_names_each_nodes_slowest_rank() -> None:
     slowest = [row[-1] for row in table.rows]
     assert slowest == ["7", "15", "21 straggler", "31", "39", "47", "55", "63"]
     assert nodes_table(ranks64(), "t", {}).rows[0][-1] == "-"
+    alike = nodes_table(ranks64(), "t", dict.fromkeys(range(64), 0.01))
+    assert {row[-1] for row in alike.rows} == {"-"}  # all alike: none is the slowest
     assert "slowest" not in nodes_table(ranks64(), "t").columns  # no run: no column
 
 
