@@ -133,13 +133,13 @@ def send_control_request(client: Any, targets: list[int], msg_type: str, content
     )
 
 
-def new_engine_set_id(ipp_cluster: Any) -> str:
-    """The id ipyparallel would give the next engine set of *ipp_cluster*.
+def new_engine_set_id(ipp: Any) -> str:
+    """The id ipyparallel would give the next engine set of *ipp* (an ipyparallel Cluster).
 
     ``Cluster._new_engine_set_id()`` (ipyparallel 9.0-9.2): a fresh id, also what
     ``start_engines`` picks when none is given; scale needs it before the start to put
     it in the engines' environment."""
-    return str(ipp_cluster._new_engine_set_id())
+    return str(ipp._new_engine_set_id())
 
 
 def start_waiting(launcher: Any) -> None:
@@ -200,6 +200,66 @@ def allow_stdin(kernel: Any) -> bool:
 
     ``Kernel._allow_stdin`` (ipykernel 7.0-7.4): set from each execute request."""
     return bool(kernel._allow_stdin)
+
+
+def shell_receive_callback(kernel: Any) -> Any:
+    """The shell-channel thread's receive callback of *kernel* (a coroutine function).
+
+    ``Kernel.shell_channel_thread_main`` (ipykernel 7.0-7.4): what the shell stream's
+    ``on_recv`` calls for each front-end message; its code reads ``_reply_subshell_for``."""
+    return kernel.shell_channel_thread_main
+
+
+def shell_channel_lock(kernel: Any) -> Any:
+    """The asyncio lock the shell-channel thread routes messages under (arrival order).
+
+    ``ShellChannelThread.asyncio_lock`` (ipykernel 7.0-7.4)."""
+    return kernel.shell_channel_thread.asyncio_lock
+
+
+def on_shell_channel_loop(manager: Any, call: Any) -> None:
+    """Run *call* on the shell-channel thread's loop (the subshells' one writer).
+
+    ``SubshellManager._shell_channel_io_loop`` (ipykernel 7.0-7.4), a tornado IOLoop."""
+    manager._shell_channel_io_loop.add_callback(call)
+
+
+def create_subshell(manager: Any) -> str:
+    """A new subshell's id (call on the shell-channel thread).
+
+    ``SubshellManager._create_subshell()`` (ipykernel 7.0-7.4), what a
+    ``create_subshell_request`` runs."""
+    return str(manager._create_subshell())
+
+
+def delete_subshell(manager: Any, subshell: str) -> None:
+    """End the subshell *subshell* (on the shell-channel thread).
+
+    ``SubshellManager._delete_subshell(subshell_id)`` (ipykernel 7.0-7.4); KeyError for
+    one already gone."""
+    manager._delete_subshell(subshell)
+
+
+def subshell_socket(manager: Any, subshell: str) -> Any:
+    """The socket that carries shell messages into *subshell*.
+
+    ``SubshellManager.get_shell_channel_to_subshell_socket(subshell_id)`` (ipykernel
+    7.0-7.4)."""
+    return manager.get_shell_channel_to_subshell_socket(subshell)
+
+
+def route_comm(comm: Any, subshell: str) -> None:
+    """Make the kernel hand *comm*'s messages to *subshell*.
+
+    ``BaseComm._reply_subshell_for(data, default)`` (ipykernel 7.4), read by the
+    shell-channel thread for each ``comm_msg``; replaced on this comm only."""
+    comm._reply_subshell_for = lambda _data, _default: subshell
+
+
+def unroute_comm(comm: Any) -> None:
+    """*comm*'s messages go to the main shell again (undoes ``route_comm``)."""
+    if "_reply_subshell_for" in vars(comm):
+        del comm._reply_subshell_for
 
 
 def cell_filenames(shell: Any) -> dict[str, int]:

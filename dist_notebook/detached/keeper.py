@@ -31,13 +31,16 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
 from ..cluster.spec import ClusterSpec
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from .link import FILE, KeeperError, KeeperFile, pack, unpack
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 POLL_S = 0.5  # the serving loop's wake-up: idle and stop checks
@@ -65,7 +68,7 @@ def _alive(pid: int | None) -> bool:
 class Keeper:
     """Holds one started cluster and answers its kernels until the cluster stops."""
 
-    def __init__(self, cluster: Any, idle_timeout: float | None) -> None:
+    def __init__(self, cluster: DistCluster, idle_timeout: float | None) -> None:
         self.cluster = cluster
         self.idle_timeout = idle_timeout
         self.holder: int | None = None  # the attached kernel's pid
@@ -85,6 +88,7 @@ class Keeper:
     # --- the keeper's file -------------------------------------------------------
     def write_file(self) -> Path:
         ipp = self.cluster._ipp
+        assert ipp is not None, "the keeper writes its file for a started cluster"
         client_file = (
             Path(ipp.profile_dir) / "security" / f"ipcontroller-{ipp.cluster_id}-client.json"
         )

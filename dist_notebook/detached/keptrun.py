@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cluster.execute import OutputSink
 from ..metrics import RunMetrics
@@ -23,6 +23,9 @@ from ..store import StoreError, StoreReader
 from ..training.run import RunResult
 from .sink import STREAM_EVENT
 
+if TYPE_CHECKING:
+    from .attached import AttachedCluster
+
 FOLLOW_S = 0.25  # how often the store is read for new records, output and the state
 GONE_AFTER_S = 30.0  # a run the store no longer says anything of, for this long: lost
 
@@ -30,7 +33,7 @@ GONE_AFTER_S = 30.0  # a run the store no longer says anything of, for this long
 class KeptRun:
     """The kernel's view of a run its cluster's keeper runs."""
 
-    def __init__(self, cluster: Any, run_id: str, name: str, ranks: list[int]) -> None:
+    def __init__(self, cluster: AttachedCluster, run_id: str, name: str, ranks: list[int]) -> None:
         self.cluster = cluster
         self.id = run_id
         self.name = name

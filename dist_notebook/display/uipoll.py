@@ -42,6 +42,8 @@ from typing import Any
 
 from jupyter_client.session import DELIM
 
+from .. import privates
+
 log = logging.getLogger("dist_notebook")
 CREATE_TIMEOUT = 5.0  # seconds to wait for the shell-channel thread to make the subshell
 
@@ -70,7 +72,7 @@ def _manager(kernel: Any) -> Any:
     if not all(hasattr(thread, n) for n in PRIVATE["shell_channel_thread"]):
         return None
     # The comm attribute is a name the kernel's routing reads (a constant of its code).
-    route = getattr(kernel.shell_channel_thread_main, "__code__", None)
+    route = getattr(privates.shell_receive_callback(kernel), "__code__", None)
     if route is None or not set(PRIVATE["comm"]) <= set(route.co_consts):
         return None
     manager = thread.manager
@@ -90,7 +92,7 @@ def _on_shell_channel(manager: Any, fn: Callable[[], Any]) -> Any:
         finally:
             done.set()
 
-    manager._shell_channel_io_loop.add_callback(call)
+    privates.on_shell_channel_loop(manager, call)
     if not done.wait(CREATE_TIMEOUT):
         raise TimeoutError("the kernel's shell-channel thread did not answer")
     if "error" in box:
@@ -112,13 +114,14 @@ class CommRoute:
         if self._manager is None or comm is None:
             return
         try:
-            self.subshell = _on_shell_channel(self._manager, self._manager._create_subshell)
+            manager = self._manager
+            self.subshell = _on_shell_channel(manager, lambda: privates.create_subshell(manager))
         except (TimeoutError, RuntimeError, AssertionError) as e:
             log.warning("no subshell for the live view (its Stop needs the interrupt): %s", e)
             return
         subshell = self.subshell
         # Read by the shell-channel thread for each comm_msg of this comm.
-        comm._reply_subshell_for = lambda _data, _default: subshell
+        privates.route_comm(comm, subshell)
         self._restore: RestoreRoute | None = None
         try:
             self._restore = RestoreRoute(kernel, self._manager, subshell)
@@ -138,10 +141,11 @@ class CommRoute:
         # The comm may outlive the route (a widget kept open for a reloaded page): its
         # messages go back to the main shell, not to a subshell that no longer exists
         # (the kernel drops those, and a late page's request for the state got no answer).
-        if self._comm is not None and "_reply_subshell_for" in vars(self._comm):
-            del self._comm._reply_subshell_for
+        if self._comm is not None:
+            privates.unroute_comm(self._comm)
         try:
-            _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell))
+            manager = self._manager
+            _on_shell_channel(manager, lambda: privates.delete_subshell(manager, subshell))
         except (TimeoutError, RuntimeError, KeyError) as e:
             log.warning("the live view's subshell was not deleted: %s", e)
 
@@ -160,8 +164,8 @@ class RestoreRoute:
         self._manager = manager
         self._subshell = subshell
         self._session = kernel.session
-        self._original = kernel.shell_channel_thread_main
-        self._lock = kernel.shell_channel_thread.asyncio_lock
+        self._original = privates.shell_receive_callback(kernel)
+        self._lock = privates.shell_channel_lock(kernel)
         self._control: set[str] = set()  # the control comms opened through this route
         self.diverted: list[str] = []  # msg_types sent to the subshell (for tests)
         stream = kernel.shell_stream
@@ -190,7 +194,7 @@ class RestoreRoute:
             return
         # Under the kernel's lock, as its own routing: messages keep their arrival order.
         async with self._lock:
-            socket = self._manager.get_shell_channel_to_subshell_socket(self._subshell)
+            socket = privates.subshell_socket(self._manager, self._subshell)
             socket.send_multipart(out, copy=False)
 
     def _diverted(self, frames: list[Any]) -> list[Any] | None:
