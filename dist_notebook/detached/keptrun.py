@@ -125,7 +125,7 @@ class KeptRun:
             started=self.started,
             ended=row_ended,
             rank_states=dict(self.rank_states),
-            records=len(self.metrics.all_records()),
+            records=self.metrics.count,
         )
 
 

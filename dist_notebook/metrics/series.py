@@ -1,6 +1,12 @@
 """A run's metric records, per rank, in memory, with the measures every view shows.
 
-Every record is kept (full history per rank). The derived measures are
+Every record is kept as it came up to a bound for the run (``KEPT_RECORDS`` for all its
+ranks together, at least ``MIN_KEPT_PER_RANK`` a rank); beyond it, a rank's oldest
+records are folded into min/max envelopes (``thinning.ThinnedLog``: spikes and gaps
+kept, at most a few thousand points), which is what the pictures draw. The run store
+has every record (``load_run(...).records()``). A record costs the kernel ~350 B: the
+bound keeps a 64-rank run of 10^6 records at about a quarter of what keeping them all
+took, and a short run (every record kept) costs nothing more. The derived measures are
 ``dist_notebook.protocol``'s (computed there, once, for the cell, the panel and
 ``load_run``); this module only keeps the records and the few running facts those
 measures need, so a summary costs O(WINDOW), not O(records).
@@ -14,28 +20,42 @@ from collections.abc import Callable
 
 from .. import protocol
 from ..protocol import RankSummary, Record, RunSummary
+from .thinning import ThinnedLog
 
 Listener = Callable[[list[Record]], None]
+KEPT_RECORDS = 1 << 17  # records kept as they came, all ranks together
+MIN_KEPT_PER_RANK = 2048
+OLDER_POINTS = 1 << 17  # points of the folded older history, all ranks together
+OLDER_POINTS_PER_RANK = (1000, 8000)  # ... within these bounds a rank
 
 
 class _RankLog:
-    __slots__ = ("records", "first_step", "last_step", "last_loss")
+    __slots__ = ("records", "older", "first_step", "last_step", "last_loss")
 
     def __init__(self) -> None:
-        self.records: list[Record] = []
+        self.records: list[Record] = []  # the latest, as they came
+        self.older: ThinnedLog | None = None  # the ones before, folded
         self.first_step: int | None = None
         self.last_step: int | None = None
         self.last_loss: float | None = None
 
-    def add(self, rec: Record) -> None:
-        self.records.append(rec)
-        if rec.step is not None:
-            if self.first_step is None:
-                self.first_step = rec.step
-            self.last_step = rec.step
-        loss = rec.metrics.get("loss")
-        if loss is not None and math.isfinite(loss):
-            self.last_loss = loss
+    @property
+    def count(self) -> int:
+        return len(self.records) + (self.older.count if self.older else 0)
+
+    def history(self) -> list[Record]:
+        older = self.older.points() if self.older else []
+        return older + self.records
+
+    def fold(self, points: int) -> None:
+        """Fold the older half of the kept records into the envelopes."""
+        half = len(self.records) // 2
+        if self.older is None:
+            self.older = ThinnedLog(points)
+        add = self.older.add
+        for rec in self.records[:half]:
+            add(rec)
+        del self.records[:half]
 
 
 class RunMetrics:
@@ -48,6 +68,10 @@ class RunMetrics:
         self.ranks = list(ranks)
         self.hosts = dict(hosts or {})
         self._logs: dict[int, _RankLog] = {r: _RankLog() for r in ranks}
+        per_rank = max(1, len(ranks))
+        self._keep = max(MIN_KEPT_PER_RANK, KEPT_RECORDS // per_rank)
+        low, high = OLDER_POINTS_PER_RANK
+        self._points = max(low, min(high, OLDER_POINTS // per_rank))
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self.count = 0
@@ -58,11 +82,13 @@ class RunMetrics:
     def add(self, records: list[Record]) -> None:
         with self._lock:
             logs = self._logs
-            for rec in records:  # _RankLog.add, inline: this runs for every record
+            for rec in records:  # inline: this runs for every record
                 log = logs.get(rec.rank)
                 if log is None:
                     log = logs[rec.rank] = _RankLog()
                 log.records.append(rec)
+                if len(log.records) > self._keep:
+                    log.fold(self._points)
                 step = rec.step
                 if step is not None:
                     if log.first_step is None:
@@ -76,14 +102,16 @@ class RunMetrics:
             listener(records)
 
     def records(self, rank: int) -> list[Record]:
+        """The rank's history, oldest first: every record of a short run; in a long one
+        the oldest folded into envelopes (each metric's lowest and highest of a stretch)."""
         with self._lock:
             log = self._logs.get(rank)
-            return list(log.records) if log else []
+            return log.history() if log else []
 
     def all_records(self) -> list[Record]:
-        """Every record of every rank, rank by rank."""
+        """Every rank's history (as ``records``), rank by rank."""
         with self._lock:
-            return [rec for r in sorted(self._logs) for rec in self._logs[r].records]
+            return [rec for r in sorted(self._logs) for rec in self._logs[r].history()]
 
     def series(self, rank: int, key: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one user metric for one rank; non-finite values are kept."""
@@ -108,7 +136,7 @@ class RunMetrics:
             log = self._logs.get(rank) or _RankLog()
             recent = log.records[-protocol.WINDOW :]
             count, first, last, loss = (
-                len(log.records),
+                log.count,
                 log.first_step,
                 log.last_step,
                 log.last_loss,

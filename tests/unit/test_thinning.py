@@ -9,8 +9,8 @@ import random
 import pytest
 
 from dist_notebook.display.live import HISTORY_POINTS, LiveFeed
-from dist_notebook.metrics.thinning import ThinnedLog, thin
 from dist_notebook.metrics import RunMetrics
+from dist_notebook.metrics.thinning import ThinnedLog, thin
 from dist_notebook.protocol import Record
 
 
@@ -89,3 +89,27 @@ def test_a_late_views_history_is_bounded_and_not_sent_twice() -> None:
     metrics.add([Record(0, 2000, 2000.0, metrics={"loss": 0.5})])
     feed.flush()
     assert [p["step"] for p in sent.messages[-1]["records"]] == [2000]
+
+
+def test_a_long_runs_metrics_keep_a_bounded_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its bound a rank's oldest records are folded into envelopes: the count, the
+    latest records and the summary stay exact, the history keeps the first step and the
+    lowest loss, and what is kept stays bounded whatever the run's length."""
+    from dist_notebook.metrics import series
+
+    monkeypatch.setattr(series, "KEPT_RECORDS", 1000)
+    monkeypatch.setattr(series, "MIN_KEPT_PER_RANK", 500)
+    monkeypatch.setattr(series, "OLDER_POINTS_PER_RANK", (100, 200))
+    metrics = RunMetrics([0, 1])
+    for step in range(20_000):
+        loss = 0.001 if step == 1234 else 1.0 + (step % 7) / 10
+        metrics.add([Record(r, step, float(step), 0.01, 0.0, 8.0, {"loss": loss}) for r in (0, 1)])
+    assert metrics.count == 40_000
+    for rank in (0, 1):
+        history = metrics.records(rank)
+        assert len(history) <= 500 + 200 + 2, len(history)
+        assert history[0].step == 0 and history[-1].step == 19_999
+        assert [r.step for r in history[-100:]] == list(range(19_900, 20_000))  # as they came
+        assert min(r.metrics["loss"] for r in history) == 0.001  # the spike survives
+        summary = metrics.summary(rank)
+        assert summary.records == 20_000 and summary.last_step == 19_999
