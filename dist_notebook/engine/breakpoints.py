@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import bdb
 import io
-from datetime import timedelta
 import os
 import pdb
 import sys
+from datetime import timedelta
 from typing import IO, Any, cast
 
 _config: dict[str, Any] = {"endpoint": "", "ranks": ()}

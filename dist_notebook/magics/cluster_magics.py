@@ -326,14 +326,14 @@ class ClusterMagics(Magics):
     def _stacks(self, args: Any) -> None:
         """The hang report: every rank's Python stack now (nothing is interrupted)."""
         from ..cluster.stacks import collect_stacks
+        from . import stacks_report
 
         cluster = self.session.cluster
         if cluster is None or not cluster.ranks:
             raise UsageError("no cluster is running: start one with %dist_cluster start")
         if not cluster.spec.engines.on_this_machine:
             raise UsageError("stacks needs local engines: their stack files are on other hosts")
-        for rank, text in collect_stacks(cluster).items():
-            print(f"--- rank {rank} ---\n{text.rstrip()}\n")
+        print(stacks_report.report(collect_stacks(cluster)))
 
     def _scale(self, args: Any) -> None:
         try:

@@ -152,6 +152,10 @@ def test_stacks_of_a_hung_rank(shell: Any, own_cluster: Any, capsys: Any) -> Non
     assert "--- rank 0 ---" in rank0
     assert re.search(r"line [45] in <module>", rank0), rank0  # the spin loop
     assert "line 7 in <module>" in rank1  # the all_reduce
+    # Each rank's main thread comes first, with the cell's frame in it.
+    for block in (rank0, rank1):
+        first = block.split("--- rank 0 ---")[-1].strip().split("\n\n")[0]
+        assert first.startswith("main thread") and 'File "<cell>"' in first, first
     assert took < 10  # waits 1 s for the ranks' answers; bench/faults.py has the figure
     assert {r.rank: r.pid for r in own_cluster.ranks} == pids  # nothing was killed
 
