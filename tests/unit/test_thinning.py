@@ -44,6 +44,12 @@ def test_the_kept_history_is_what_thinning_every_record_gives(count: int, cap: i
         (s, t, tuple((k, repr(v)) for k, v in m)) for s, t, m in expected
     ]
     assert len(points) <= cap + 2, (len(points), cap)
+    # The same, folded a stretch at a time (how a long run's metrics fold their oldest).
+    stretched = ThinnedLog(cap)
+    for i in range(0, count, 333):
+        stretched.extend(records[i : i + 333])
+    again = [(s, t, tuple((k, repr(v)) for k, v in m)) for s, t, m in as_tuples(stretched.points())]
+    assert again == [(s, t, tuple((k, repr(v)) for k, v in m)) for s, t, m in expected]
     assert log.count == count
     assert points[0].step == 0 and points[-1].step == count - 1
 
