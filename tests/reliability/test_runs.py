@@ -7,8 +7,9 @@ import time
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
 
-from dist_notebook.training import load_run
+from dist_notebook.training import RunSpec, TrainingRun, load_run
 from dist_notebook.training.run import RunBusyError
 
 pytestmark = pytest.mark.timeout(120)
@@ -27,9 +28,14 @@ def test_second_run_on_busy_ranks_is_refused(shell: Any, cluster2: Any) -> None:
     first = shell.run_cell(BACKGROUND.format(name="busyA"))
     assert first.error_in_exec is None, first.error_in_exec
     second = shell.run_cell(BACKGROUND.format(name="busyB"))
-    assert isinstance(second.error_in_exec, RunBusyError)
+    # Refused at once, in one line, before the second run or its live view is made.
+    assert isinstance(second.error_in_exec, UsageError), second.error_in_exec
     message = str(second.error_in_exec)
-    assert "run busyA" in message and "still running" in message and "busyB" in message
+    assert message.startswith("%%dist_train: cannot start another run while run busyA"), message
+    assert "trains in the background" in message and "\n" not in message
+    # A run made from a script (no magic) is refused by the run itself.
+    with pytest.raises(RunBusyError, match=r"run busyA \(\w+\) is still running on this cluster"):
+        TrainingRun(cluster2, RunSpec(code="pass", name="busyD"))
     deadline = time.monotonic() + 60
     while magics.last_result is None:
         assert time.monotonic() < deadline, "the background run never ended"
@@ -41,6 +47,8 @@ def test_second_run_on_busy_ranks_is_refused(shell: Any, cluster2: Any) -> None:
     assert sorted(pairs) == [(rank, step) for rank in (0, 1) for step in range(40)]
     with pytest.raises(LookupError):
         load_run("busyB")  # refused before anything of it was recorded
+    with pytest.raises(LookupError):
+        load_run("busyD")
     # Once the first has ended, the next run starts.
     third = shell.run_cell(BACKGROUND.format(name="busyC").replace("--background ", ""))
     assert third.error_in_exec is None, third.error_in_exec
