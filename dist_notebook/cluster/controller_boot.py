@@ -25,9 +25,22 @@ def _remove_cluster_files() -> None:
         # The cluster's own profile directory (cluster.own_profile_dir) goes with it.
         name, parent = os.path.basename(profile), os.path.basename(os.path.dirname(profile))
         if name.startswith("cluster-") and parent == "ipython":
-            import shutil
+            _remove_tree(profile)
 
-            shutil.rmtree(profile, ignore_errors=True)
+
+def _remove_tree(path: str, within: float = 3.0) -> None:
+    """Remove *path*, again while something still writes in it (a scheduler killed a
+    moment ago may not have ended yet: a tree removed under it came back in CI), for at
+    most *within* seconds."""
+    import shutil
+    import time
+
+    deadline = time.monotonic() + within
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path) or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def _watch_controller_in_child(controller: int) -> None:
