@@ -94,6 +94,8 @@ PRIVATES: tuple[Private, ...] = (
             "_get_sequence_number_for_group", "how many collectives a group has run"),
     Private("torch", "torch._C._distributed_c10d", "_dump_fr_trace_json",
             "the flight recorder's last collectives (ops of a mismatch)"),
+    Private("torch", "torch.distributed.distributed_c10d", "_set_pg_timeout",
+            "a group's timeout for the collectives started after it (breakpoint cells)"),
     Private("torch", "torch.nn.parallel:DistributedDataParallel", "_get_ddp_logging_data",
             "DDP's runtime statistics: the communication time of a step"),
     Private("torch", "torch.nn.parallel:DistributedDataParallel",
@@ -309,6 +311,17 @@ def reset_group_count() -> None:
     world = _world()
     if world is not None and hasattr(type(world), "group_count"):
         world.group_count = 0
+
+
+def set_group_timeout(seconds: float) -> None:
+    """The default group's timeout, for the collectives it starts from now on.
+
+    ``distributed_c10d._set_pg_timeout(timedelta)`` (torch 2.3-2.13; gloo and NCCL)."""
+    from datetime import timedelta
+
+    from torch.distributed.distributed_c10d import _set_pg_timeout
+
+    _set_pg_timeout(timedelta(seconds=seconds))
 
 
 def sequence_number(group: Any) -> int:

@@ -14,7 +14,6 @@ import io
 import os
 import pdb
 import sys
-from datetime import timedelta
 from typing import IO, Any, cast
 
 _config: dict[str, Any] = {"endpoint": "", "ranks": ()}
@@ -51,10 +50,9 @@ def _set_group_timeout(seconds: float) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()):
         return False
-    # torch's private setter (torch >= 2.3): applies to the collectives started after it.
-    from torch.distributed.distributed_c10d import _set_pg_timeout
+    from .. import privates
 
-    _set_pg_timeout(timedelta(seconds=seconds))
+    privates.set_group_timeout(seconds)
     return True
 
 
