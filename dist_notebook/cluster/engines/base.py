@@ -66,6 +66,13 @@ class EnginesStrategy(ABC):
     def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
         """ipyparallel's engine-set launcher class, and its configuration."""
 
+    @staticmethod
+    def configured(
+        launcher: type, spec: Any, traits: dict[str, Any]
+    ) -> tuple[type, dict[str, dict[str, Any]]]:
+        """*launcher* with *traits*, the user's ``--launcher-config`` over them."""
+        return launcher, {launcher.__name__: {**traits, **spec.launcher_config}}
+
     def engine_env(self, spec: Any, env: dict[str, str]) -> dict[str, str]:
         """The engines' environment, from the one a local engine gets (*env*)."""
         from ..hosts import remote_engine_env

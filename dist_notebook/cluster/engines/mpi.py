@@ -22,8 +22,7 @@ class MPIEngines(HostListEngines):
         from ..launchers import RankMPIEngineSetLauncher, mpi_args
 
         traits: dict[str, Any] = {"mpi_args": mpi_args(spec)}
-        traits.update(spec.launcher_config)
-        return RankMPIEngineSetLauncher, {RankMPIEngineSetLauncher.__name__: traits}
+        return self.configured(RankMPIEngineSetLauncher, spec, traits)
 
     def scale_starts(
         self,

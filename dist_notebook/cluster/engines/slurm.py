@@ -61,8 +61,7 @@ class SlurmEngines(EnginesStrategy):
         ):
             if value:
                 traits[trait] = value
-        traits.update(spec.launcher_config)
-        return RankSlurmEngineSetLauncher, {RankSlurmEngineSetLauncher.__name__: traits}
+        return self.configured(RankSlurmEngineSetLauncher, spec, traits)
 
     def scale_refusal(self, spec: Any, old: int, n: int, hosts: str | None) -> str | None:
         refusal = super().scale_refusal(spec, old, n, hosts)

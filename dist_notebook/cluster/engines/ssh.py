@@ -20,8 +20,7 @@ class SSHEngines(HostListEngines):
         from ..launchers import RankSSHEngineSetLauncher
 
         traits: dict[str, Any] = {"engines": dict(spec.hosts)}
-        traits.update(spec.launcher_config)
-        return RankSSHEngineSetLauncher, {RankSSHEngineSetLauncher.__name__: traits}
+        return self.configured(RankSSHEngineSetLauncher, spec, traits)
 
     def scale_starts(
         self,
