@@ -122,6 +122,16 @@ def test_32_ranks_banded_chart_heatmap_and_nodes(shared_lab, page):  # type: ign
         expect(heat).to_have_attribute("data-series", "outside")
         shot(page, "scale-run-tab")
         chart.screenshot(path=str(ARTIFACTS / "scale-chart.png"))
+        for theme, light in (("JupyterLab Dark", "false"), ("JupyterLab Light", "true")):
+            page.evaluate(
+                "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})",
+                theme,
+            )
+            page.wait_for_function(
+                "(l) => document.body.dataset.jpThemeLight === l", arg=light, timeout=30_000
+            )
+            if light == "false":  # the band, lines and heatmap as read on the dark theme
+                chart.screenshot(path=str(ARTIFACTS / "scale-chart-dark.png"))
 
         # any rank pickable: from the toolbar, and by a click on its heatmap row
         chart.locator("select.dn-chart-pick").select_option("30")
