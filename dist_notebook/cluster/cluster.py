@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from ..store.schema import full_disk_message
 from . import limits, reap, registry
-from .health import ClusterHealth
+from .health import Health
 from .launchers import (
     OurControllerLauncher,
     PrivateCluster,
@@ -83,7 +82,7 @@ def _quiet(_: str) -> None:
     """The default progress sink: say nothing."""
 
 
-class DistCluster(ClusterHealth):
+class DistCluster:
     """ipyparallel controller + one engine per rank + the default process group."""
 
     def __init__(
@@ -112,17 +111,17 @@ class DistCluster(ClusterHealth):
         self._engine_sets: list[str] = []
         self.pair_ports: list[int] = []
         self.master_addr: str | None = None
-        self._buried: set[tuple[str, str]] = set()
         # Why the cluster cannot work until restarted (the controller died), or None.
         self.failure: str | None = None
         self._tearing_down = False
-        self._watch: threading.Thread | None = None
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
         # Made by start() and removed by stop() or a failed start, so a cluster that is
         # refused or never started leaves no folder behind.
         self.stack_dir = ""
         # Stops and interrupts it for every entry point, the panel's requests included.
         self.owner = ClusterOwner(self)
+        # Dead and unresponsive ranks, the watch that notices them, a controller's death.
+        self.health = Health(self)
 
     # --- properties ------------------------------------------------------------
     @property
@@ -132,6 +131,24 @@ class DistCluster(ClusterHealth):
     @property
     def profile_dir(self) -> str:
         return self._ipp.profile_dir if self._ipp else ""
+
+    @property
+    def started(self) -> bool:
+        """The controller was started (this life or an earlier one)."""
+        return self._ipp is not None
+
+    @property
+    def tearing_down(self) -> bool:
+        """Engines and controller are being stopped by the cluster itself."""
+        return self._tearing_down
+
+    def engine_sets(self) -> list[tuple[str, Any]]:
+        """(id, ipyparallel engine set) of the engine sets started (the first, then
+        replacements and scale's additions) and still known, in start order."""
+        if self._ipp is None:
+            return []
+        sets = self._ipp.engines
+        return [(set_id, sets[set_id]) for set_id in self._engine_sets if set_id in sets]
 
     def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
         """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
@@ -185,7 +202,7 @@ class DistCluster(ClusterHealth):
             self._ipp = self._make_ipp_cluster()
             self.progress(f"starting controller on {self.spec.ip}")
             await self._ipp.start_controller()
-            self._ipp.controller.on_stop(self._controller_stopped)
+            self._ipp.controller.on_stop(self.health.controller_stopped)
             self._record_cluster()
             await self._start_engines()
             self.client = await self._ipp.connect_client()
@@ -225,7 +242,7 @@ class DistCluster(ClusterHealth):
         self.move(ClusterState.READY)
         self.owner.watch()  # the panel's Stop and Interrupt reach this life of it
         self._owner_only_files()  # the engine-set file is written once engines run
-        self._start_health_watch()
+        self.health.watch()
         return self
 
     def start_sync(self) -> DistCluster:
@@ -310,6 +327,23 @@ class DistCluster(ClusterHealth):
     def __exit__(self, *exc: object) -> None:
         self.stop_sync()
 
+    # --- health (cluster/health.py) --------------------------------------------
+    def dead_ranks(self) -> dict[int, str]:
+        """Ranks whose engine died or is unresponsive: {rank: how}."""
+        return self.health.dead_ranks()
+
+    def check_health(self) -> dict[int, str]:
+        """Look for dead or unresponsive ranks now and record them; return them."""
+        return self.health.check()
+
+    def mark_dead(self, ranks: dict[int, str]) -> None:
+        """Record dead ranks: the cluster needs a restart before the next cell."""
+        self.health.mark_dead(ranks)
+
+    def resumed_ranks(self) -> list[int]:
+        """Unresponsive ranks running again, which the cluster replaces by itself."""
+        return self.health.resumed_ranks()
+
     # --- steps of start --------------------------------------------------------
     def _make_ipp_cluster(self) -> ipp.Cluster:
         spec = self.spec
@@ -361,10 +395,7 @@ class DistCluster(ClusterHealth):
         for rank in sorted(dead):
             self.progress(f"replacing rank {rank} ({dead[rank]})")
             await self._start_engines(1, rank)
-        for set_id in self._engine_sets:
-            engine_set = self._ipp.engines.get(set_id) if self._ipp else None
-            for identifier in getattr(engine_set, "stop_data", {}).get("engines", {}):
-                self._buried.add((set_id, identifier))
+        self.health.bury_exits()
         await self._wait_for_engines(old, len(dead))
         await self._setup_ranks(survivors + sorted(set(self.client.ids) - old))  # type: ignore[union-attr]
 
@@ -374,8 +405,7 @@ class DistCluster(ClusterHealth):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             recorded = set()
-            for set_id in self._engine_sets:
-                engine_set = self._ipp.engines.get(set_id) if self._ipp else None
+            for _, engine_set in self.engine_sets():
                 exits = getattr(engine_set, "stop_data", {}).get("engines", {})
                 recorded |= {data.get("pid") for data in exits.values()}
             if pids <= recorded:

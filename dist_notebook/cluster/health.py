@@ -9,6 +9,10 @@ health, read from ipyparallel's launchers and client (never from the process lis
   thread itself: ipyparallel never takes a dropped engine back.
 - A controller that dies is seen by its launcher: the cluster fails at once, its
   engines are ended (they cannot join another controller), and restart starts anew.
+
+``Health`` is a collaborator of the cluster (``cluster.health``): it asks of the cluster
+only what ``Watched`` declares, and keeps its own state (the exits that are no deaths,
+its watch thread).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
 
@@ -29,6 +33,11 @@ from ..store.recorder import record
 from . import reap
 from .hosts import lost_ranks
 from .spec import ClusterSpec
+
+if TYPE_CHECKING:
+    import ipyparallel as ipp
+
+    from .cluster import RankInfo
 
 log = logging.getLogger("dist_notebook")
 
@@ -53,37 +62,69 @@ def _process_state(pid: int) -> str:
     return f"process {pid} is {status} but its engine missed its heartbeats"
 
 
-class ClusterHealth:
-    """Health of a DistCluster (a mixin: the attributes below are the cluster's)."""
+class Watched(Protocol):
+    """What health reads and does of its cluster (``DistCluster`` is one)."""
 
     id: str
     spec: ClusterSpec
     state: ClusterState
-    ranks: list[Any]
-    client: Any
+    ranks: list[RankInfo]
+    client: ipp.Client | None
+    # Why the cluster cannot work until restarted; health sets it when the controller dies.
     failure: str | None
-    _ipp: Any
-    _engine_sets: list[str]
-    _buried: set[tuple[str, str]]
-    _tearing_down: bool
-    _watch: threading.Thread | None
 
-    def writer(self) -> StoreWriter | None:
-        raise NotImplementedError
+    @property
+    def started(self) -> bool:
+        """The cluster's controller was started (its engine sets may be empty)."""
+        ...
 
-    def local_pids(self) -> list[int]:
-        raise NotImplementedError
+    @property
+    def tearing_down(self) -> bool:
+        """The cluster is stopping its processes itself (their exits are no failure)."""
+        ...
 
-    def move(self, new: ClusterState) -> None:
-        raise NotImplementedError
+    def engine_sets(self) -> list[tuple[str, Any]]:
+        """(id, ipyparallel engine set) of every engine set started and not forgotten,
+        in start order."""
+        ...
 
-    async def restart(self, everything: bool = False) -> Any:
-        raise NotImplementedError
+    def writer(self) -> StoreWriter | None: ...
 
-    def _start_health_watch(self) -> None:
+    def local_pids(self) -> list[int]: ...
+
+    def move(self, new: ClusterState) -> None: ...
+
+    async def restart(self, everything: bool = False) -> Any: ...
+
+
+class Health:
+    """Health of one cluster: which ranks are dead or unresponsive, the watch thread
+    that notices them, and what a controller's death does."""
+
+    def __init__(self, cluster: Watched) -> None:
+        self.cluster = cluster
+        # Exit records of engines that ended on purpose (replaced, scaled away): no deaths.
+        self._buried: set[tuple[str, str]] = set()
+        self._watch: threading.Thread | None = None
+
+    def bury(self, set_id: str, identifier: str) -> None:
+        """The engine *identifier* of engine set *set_id* ends on purpose: its exit is
+        not a dead rank."""
+        self._buried.add((set_id, identifier))
+
+    def bury_exits(self) -> None:
+        """Every exit recorded so far is no death (the ranks it ended were replaced)."""
+        for set_id, engine_set in self.cluster.engine_sets():
+            for identifier in getattr(engine_set, "stop_data", {}).get("engines", {}):
+                self.bury(set_id, identifier)
+
+    def watch(self) -> None:
+        """Start the watch thread (once: a thread still watching goes on)."""
         if self._watch is None or not self._watch.is_alive():
             self._watch = threading.Thread(
-                target=self._watch_health, name=f"dist-notebook-health-{self.id}", daemon=True
+                target=self._watch_health,
+                name=f"dist-notebook-health-{self.cluster.id}",
+                daemon=True,
             )
             self._watch.start()
 
@@ -93,15 +134,13 @@ class ClusterHealth:
         The launcher notices an exit at once (its wait thread); engines of remote
         launchers are declared dead by ipyparallel's heartbeat instead.
         """
-        if self._ipp is None:
+        cluster = self.cluster
+        if not cluster.started:
             return {}
-        if not self.spec.engines.on_this_machine:
-            return lost_ranks(self.ranks, set(self.client.ids) if self.client else set())
+        if not cluster.spec.engines.on_this_machine:
+            return lost_ranks(cluster.ranks, set(cluster.client.ids) if cluster.client else set())
         dead = {}
-        for set_id in self._engine_sets:
-            engine_set = self._ipp.engines.get(set_id)
-            if engine_set is None:
-                continue
+        for set_id, engine_set in cluster.engine_sets():
             offset = int(engine_set.environment.get(envvars.RANK_OFFSET, "0"))
             # The engine set moves a launcher's exit record here as soon as it exits.
             for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
@@ -121,21 +160,26 @@ class ClusterHealth:
         process may live: stopped (SIGSTOP) or hung outside Python. Such an engine
         never comes back by itself, even after SIGCONT: the watch thread replaces it
         once its process runs again (restart does it at once)."""
-        if self.client is None or self.state not in (ClusterState.READY, ClusterState.DEGRADED):
+        if self.cluster.client is None or self.cluster.state not in (
+            ClusterState.READY,
+            ClusterState.DEGRADED,
+        ):
             return {}
-        registered = set(self.client.ids)
+        registered = set(self.cluster.client.ids)
         found = {}
-        for info in self.ranks:
+        for info in self.cluster.ranks:
             if info.rank in dead or info.engine_id in registered:
                 continue
             found[info.rank] = f"{UNRESPONSIVE}: {_process_state(info.pid)}"
         return found
 
-    def check_health(self) -> dict[int, str]:
+    def check(self) -> dict[int, str]:
         """Look for dead or unresponsive ranks now and record them; return them."""
         dead = self.dead_ranks()
         fresh = {
-            r: how for r, how in dead.items() if self.ranks[r].state not in ("dead", UNRESPONSIVE)
+            r: how
+            for r, how in dead.items()
+            if self.cluster.ranks[r].state not in ("dead", UNRESPONSIVE)
         }
         if fresh:
             self.mark_dead(fresh)
@@ -143,29 +187,35 @@ class ClusterHealth:
 
     def mark_dead(self, ranks: dict[int, str]) -> None:
         """Record dead ranks: the cluster needs a restart before the next cell."""
-        for info in self.ranks:
+        for info in self.cluster.ranks:
             if info.rank in ranks:
                 info.state = "unresponsive" if ranks[info.rank].startswith(UNRESPONSIVE) else "dead"
-                record(self.writer(), "set_rank_state", self.id, info.rank, info.state)
                 record(
-                    self.writer(),
+                    self.cluster.writer(), "set_rank_state", self.cluster.id, info.rank, info.state
+                )
+                record(
+                    self.cluster.writer(),
                     "add_event",
                     "rank-died",
                     ranks[info.rank],
-                    cluster_id=self.id,
+                    cluster_id=self.cluster.id,
                     rank=info.rank,
                 )
-        if ranks and self.state == ClusterState.READY:
-            self.move(ClusterState.DEGRADED)
+        if ranks and self.cluster.state == ClusterState.READY:
+            self.cluster.move(ClusterState.DEGRADED)
 
     def _watch_health(self) -> None:
         """While the cluster runs: notice an engine the controller dropped (a stopped or
         hung rank), so status says which rank is unresponsive without waiting for a cell.
         (Exits of processes and of the controller come from the launchers' own threads.)"""
-        while self.state in (ClusterState.READY, ClusterState.DEGRADED, ClusterState.RESTARTING):
-            if self.state != ClusterState.RESTARTING:
+        while self.cluster.state in (
+            ClusterState.READY,
+            ClusterState.DEGRADED,
+            ClusterState.RESTARTING,
+        ):
+            if self.cluster.state != ClusterState.RESTARTING:
                 try:
-                    self.check_health()
+                    self.check()
                     self._replace_resumed()
                 except Exception as e:  # a client closing under us: say it, keep watching
                     log.debug("health check: %s", e)
@@ -174,9 +224,12 @@ class ClusterHealth:
     def resumed_ranks(self) -> list[int]:
         """Unresponsive ranks whose process runs again (SIGCONT after SIGSTOP), when no
         other rank is dead: the ranks the cluster replaces by itself."""
-        if self.state != ClusterState.DEGRADED or not self.spec.engines.on_this_machine:
+        if (
+            self.cluster.state != ClusterState.DEGRADED
+            or not self.cluster.spec.engines.on_this_machine
+        ):
             return []
-        bad = [r for r in self.ranks if r.state in ("dead", UNRESPONSIVE)]
+        bad = [r for r in self.cluster.ranks if r.state in ("dead", UNRESPONSIVE)]
         if any(r.state != UNRESPONSIVE or _stopped(r.pid) for r in bad):
             return []  # a dead rank is the user's (or --auto-restart's) to replace
         return [r.rank for r in bad]
@@ -195,27 +248,34 @@ class ClusterHealth:
             f"rank {names} runs again (SIGCONT) but its engine was dropped while it was "
             "stopped: replacing it (its variables are lost; the other ranks keep theirs)"
         )
-        log.warning("cluster %s: %s", self.id, message)
-        record(self.writer(), "add_event", "rank-replaced", message, cluster_id=self.id)
+        log.warning("cluster %s: %s", self.cluster.id, message)
+        record(
+            self.cluster.writer(), "add_event", "rank-replaced", message, cluster_id=self.cluster.id
+        )
         try:
-            run_sync(self.restart())
+            run_sync(self.cluster.restart())
         except Exception as e:  # said to the user; the cluster stays failed until restart
             log.warning(
                 "cluster %s: replacing rank %s failed: %s; run %%dist_cluster restart",
-                self.id,
+                self.cluster.id,
                 names,
                 e,
             )
         else:
-            log.warning("cluster %s: rank %s replaced; the cluster is ready", self.id, names)
+            log.warning(
+                "cluster %s: rank %s replaced; the cluster is ready", self.cluster.id, names
+            )
 
-    def _controller_stopped(self, stop_data: dict[str, Any]) -> None:
+    def controller_stopped(self, stop_data: dict[str, Any]) -> None:
         """The controller's launcher saw it exit (its wait thread, within ~0.1 s).
 
         Outside a stop this is a failure: no cell can run, and the engines cannot join
         another controller, so they are ended now rather than left waiting.
         """
-        if self._tearing_down or self.state in (ClusterState.STOPPING, ClusterState.STOPPED):
+        if self.cluster.tearing_down or self.cluster.state in (
+            ClusterState.STOPPING,
+            ClusterState.STOPPED,
+        ):
             return
         code = stop_data.get("exit_code")
         how = (
@@ -223,12 +283,16 @@ class ClusterHealth:
             if isinstance(code, int) and code < 0
             else (f"exit code {code}")
         )
-        self.failure = f"the controller died ({how}): run %dist_cluster restart to start a new one"
-        for info in self.ranks:
+        self.cluster.failure = (
+            f"the controller died ({how}): run %dist_cluster restart to start a new one"
+        )
+        for info in self.cluster.ranks:
             info.state = "stopped"
-        self.move(ClusterState.FAILED)  # its ranks stopped in the store too
-        record(self.writer(), "add_event", "controller-died", how, cluster_id=self.id)
-        engines = [p for p in self.local_pids() if p != stop_data.get("pid")]
+        self.cluster.move(ClusterState.FAILED)  # its ranks stopped in the store too
+        record(
+            self.cluster.writer(), "add_event", "controller-died", how, cluster_id=self.cluster.id
+        )
+        engines = [p for p in self.cluster.local_pids() if p != stop_data.get("pid")]
         tree = reap.process_tree(engines)
         for proc in tree:
             with contextlib.suppress(psutil.NoSuchProcess):
