@@ -5,27 +5,63 @@
  *
  * `initialize` runs once per model (it keeps the records for every view of it, and asks
  * the kernel for the history); `render` once per view. Each returns its clean-up.
+ *
+ * anywidget hands `initialize` and each `render` a proxy of its own over the one model
+ * (so that each one's listeners go with it), never the same object twice: a store keyed by
+ * that object was made again by every view, each with its own `msg:custom` listener and
+ * its own hello (every records message handled twice, the history sent twice). The store
+ * is found instead by what the proxies share: the model's widget manager (one per kernel
+ * connection) and its run id (one live view model a run); where a front end's proxy has
+ * no manager, by the proxy itself as before.
  */
 import { ILiveModel, LiveRunView, LiveStore } from './widget';
 
-const stores = new WeakMap<ILiveModel, LiveStore>();
+const byManager = new WeakMap<object, Map<string, LiveStore>>();
+const byProxy = new WeakMap<ILiveModel, LiveStore>();
 
-function storeOf(model: ILiveModel): LiveStore {
-  let store = stores.get(model);
+function keyOf(model: ILiveModel): [Map<string, LiveStore>, string] | null {
+  const manager = (model as { widget_manager?: unknown }).widget_manager;
+  const runId = String(model.get('run_id') ?? '');
+  if (manager === null || typeof manager !== 'object' || runId === '') {
+    return null;
+  }
+  let stores = byManager.get(manager);
+  if (stores === undefined) {
+    stores = new Map();
+    byManager.set(manager, stores);
+  }
+  return [stores, runId];
+}
+
+/** The model's one store, made on first use. */
+export function storeOf(model: ILiveModel): LiveStore {
+  const key = keyOf(model);
+  let store = key === null ? byProxy.get(model) : key[0].get(key[1]);
   if (store === undefined) {
     store = new LiveStore(model);
-    stores.set(model, store);
+    if (key === null) {
+      byProxy.set(model, store);
+    } else {
+      key[0].set(key[1], store);
+    }
   }
   return store;
+}
+
+/** The model's store is gone (its model closed or made again). */
+export function dropStore(model: ILiveModel, store: LiveStore): void {
+  store.dispose();
+  const key = keyOf(model);
+  if (key !== null && key[0].get(key[1]) === store) {
+    key[0].delete(key[1]);
+  }
+  byProxy.delete(model);
 }
 
 export default {
   initialize({ model }: { model: ILiveModel }): () => void {
     const store = storeOf(model);
-    return () => {
-      store.dispose();
-      stores.delete(model);
-    };
+    return () => dropStore(model, store);
   },
   render({ model, el }: { model: ILiveModel; el: HTMLElement }): () => void {
     const view = new LiveRunView(model, storeOf(model), el);
