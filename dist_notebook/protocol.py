@@ -20,9 +20,10 @@ The states
 
 The derived measures
     Computed once, here, from the last ``WINDOW`` records of each rank: step time,
-    samples/s, communication time and share, the time outside the gradient all-reduce
-    (step time minus comm time: not the rank's compute, since DDP's all-reduce span
-    overlaps the backward computed after the first bucket), how long the other ranks wait
+    samples/s, communication time and share (comm time: what the step waits for DDP's
+    gradient all-reduce after the rank's own backward ended, the wait for the slowest rank
+    included: engine/commtime.py), the time outside it (step time minus comm time: the
+    rank's own work, forward, backward, optimizer and data), how long the other ranks wait
     for the rank each step, and the straggler (``mark_stragglers``): the rank the others
     wait for in most steps of the window, by a share of the step.
 """
@@ -341,8 +342,8 @@ class RankSummary:
     samples_per_s: float | None
     comm_time: float | None
     comm_share: float | None
-    # Median of step time minus comm time: the time outside the gradient all-reduce (named
-    # compute_time before; it is not compute: see the module's docstring).
+    # Median of step time minus comm time: the step's time not waiting for the gradient
+    # all-reduce, the rank's own work (named compute_time before: see the module's docstring).
     outside_comm_time: float | None
     last_time: float | None
     gpu_util: float | None = None

@@ -14,18 +14,25 @@ from dist_notebook.engine import commtime
 
 
 class Reducer:
-    """What commtime reads of a DDP model: its iteration and last sampled comm span."""
+    """What commtime reads of a DDP model: its iteration, last sampled comm span and the
+    part of it that overlapped the rank's own backward."""
 
     def __init__(self) -> None:
         self.iteration = 0
         self.comm_ns = 0
+        self.overlap_ns = 0
 
-    def step(self, comm_ms: float) -> None:
+    def step(self, comm_ms: float, overlap_ms: float = 0.0) -> None:
         self.iteration += 1
         self.comm_ns = int(comm_ms * 1e6)
+        self.overlap_ns = int(overlap_ms * 1e6)
 
     def _get_ddp_logging_data(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "backward_comm_time": self.comm_ns}
+        return {
+            "iteration": self.iteration,
+            "backward_comm_time": self.comm_ns,
+            "backward_compute_comm_overlap_time": self.overlap_ns,
+        }
 
 
 @pytest.fixture
@@ -45,6 +52,14 @@ def test_on_cpu_every_report_carries_its_own_steps_span(model: Reducer) -> None:
         model.step(span)
         got.append(commtime.comm_metrics(now=100.0 + 0.01 * i)["comm_time"] * 1e3)
     assert got == pytest.approx(spans), "no smoothing, no stale sample between reads"
+
+
+def test_comm_time_is_the_wait_after_the_ranks_own_backward(model: Reducer) -> None:
+    # a 12 ms span whose first 9 ms ran beside this rank's backward: 3 ms waited
+    model.step(12.0, overlap_ms=9.0)
+    assert commtime.comm_metrics(now=100.0)["comm_time"] == pytest.approx(0.003)
+    model.step(5.0, overlap_ms=7.0)  # clocks of a busy machine: never below zero
+    assert commtime.comm_metrics(now=100.01)["comm_time"] == 0.0
 
 
 def test_a_loop_reporting_every_fourth_iteration_gets_four_spans(model: Reducer) -> None:
