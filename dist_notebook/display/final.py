@@ -8,7 +8,8 @@ metric the run reported has a panel (the main one, loss if reported, first) and 
 The PNG is transparent with grey text and axes, so it reads on a light and a dark theme;
 a run without values says so instead of drawing empty axes. Beyond BANDED_BEYOND ranks
 the curves are banded as the live chart's (band.py: median, min-max band, the ranks that
-deviate most and the stragglers named) and the bars keep the slowest ranks.
+deviate most and the stragglers named), the bars keep the slowest ranks, and a ranks x
+steps heatmap of step time (minus comm time where reported) shows a slow rank as a line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from matplotlib.figure import Figure
 
 from ..metrics import RunMetrics
 from ..protocol import RankSummary, RunSummary
-from .band import BANDED_BEYOND, band_of, most_deviating
+from .band import BANDED_BEYOND, HEAT_SERIES, band_of, heat_of, heat_rgba, hottest, most_deviating
 
 # The extension's palette (extension/style/chart.css): rank r has colour r % 8.
 PALETTE = (
@@ -42,6 +43,10 @@ INK = "#808080"  # text, axes and the mean: readable on white and on JupyterLab 
 MAX_POINTS = 1000  # per line: more points than pixels only costs drawing time
 MAX_PANELS = 6  # metric panels in the picture; the table has every metric
 SLOWEST_BARS = 8  # bars beyond BANDED_BEYOND ranks: the slowest ranks and the stragglers
+# The heatmap's median cell: a translucent grey, pale on a white page and dark on
+# JupyterLab Dark (the PNG is transparent), as the live heatmap's follows the theme.
+HEAT_BASE = (0.5, 0.5, 0.5, 0.14)
+HEAT_COLUMNS = 240  # buckets of steps at most (about 2 px each at the picture's width)
 
 
 def rank_color(rank: int) -> str:
@@ -195,6 +200,36 @@ def _bars(ax: Axes, summary: RunSummary) -> None:
     ax.invert_yaxis()
 
 
+def _heatmap(ax: Axes, metrics: RunMetrics, stragglers: set[int]) -> list[int]:
+    """The ranks x steps heatmap of step time (minus comm time where reported), the live
+    view's beyond BANDED_BEYOND ranks: a slow rank is a red line, one that waits for it
+    a blue one. Returns the rows of stragglers, whose labels are red."""
+    heat = heat_of({r: metrics.records(r) for r in metrics.ranks}, HEAT_COLUMNS)
+    if heat is None:
+        ax.set_title("per rank: step time", fontsize=10)
+        _nothing(ax, "no step times reported")
+        return []
+    image = [[heat_rgba(v, heat.median, HEAT_BASE) for v in row] for row in heat.rows]
+    n = len(heat.ranks)
+    ax.imshow(
+        image, aspect="auto", interpolation="nearest", extent=(heat.lo, heat.hi, n - 0.5, -0.5)
+    )
+    hot = hottest(heat)
+    every = 1 if n <= 16 else 8
+    shown = sorted(
+        {i for i in range(0, n, every)}
+        | {i for i, r in enumerate(heat.ranks) if r in stragglers or r == hot}
+    )
+    ax.set_yticks(shown, [f"rank {heat.ranks[i]}" for i in shown])
+    ax.set_title(
+        f"per rank: {HEAT_SERIES[heat.key]} · median {heat.median:.3g} s"
+        " · red: slower, blue: faster (×2 full)",
+        fontsize=10,
+    )
+    ax.set_xlabel("step", fontsize=8)
+    return [k for k, i in enumerate(shown) if heat.ranks[i] in stragglers]
+
+
 def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     """Every metric's curves per rank plus the mean, and samples/s per rank, as PNG bytes.
 
@@ -203,9 +238,11 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     names = metric_names(metrics)
     shown, rest = (names or ["loss"])[:MAX_PANELS], names[MAX_PANELS:]
     extra_rows = -(-(len(shown) - 1) // 2)
-    figure = Figure(figsize=(9, 3.2 + 2.4 * extra_rows), dpi=80)
+    heat = len(metrics.ranks) > BANDED_BEYOND  # the ranks x steps heatmap, full width
+    height = 3.2 + 2.4 * extra_rows + (2.6 if heat else 0.0)
+    figure = Figure(figsize=(9, height), dpi=80)
     FigureCanvasAgg(figure)
-    grid = figure.add_gridspec(1 + extra_rows, 2, width_ratios=(3, 2))
+    grid = figure.add_gridspec(1 + extra_rows + heat, 2, width_ratios=(3, 2))
     first = figure.add_subplot(grid[0, 0])
     slow = {r.rank for r in summary.ranks if r.straggler}
     if names:
@@ -216,8 +253,14 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     for i, name in enumerate(shown[1:]):
         ax = figure.add_subplot(grid[1 + i // 2, i % 2])
         _curves(ax, metrics, name, legend=False, stragglers=slow)
+    red: list[int] = []
+    if heat:
+        heat_ax = figure.add_subplot(grid[-1, :])
+        red = _heatmap(heat_ax, metrics, slow)
     for ax in figure.axes:
         _style(ax)
+    for k in red:  # after the grey of _style
+        heat_ax.get_yticklabels()[k].set_color(STRAGGLER)
     if rest:
         figure.text(0.99, 0.01, f"+{len(rest)} more in the table", ha="right", color=INK)
     figure.tight_layout()

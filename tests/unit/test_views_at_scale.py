@@ -104,3 +104,37 @@ def test_the_picture_is_banded_beyond_8_ranks() -> None:
     assert bars.get_title().startswith("samples/s: the slowest")
     assert len(bars.patches) <= 8 + 1
     assert draw_png(m, summary)[:4] == b"\x89PNG"
+
+
+def test_the_picture_has_a_ranks_by_steps_heatmap_beyond_8_ranks() -> None:
+    import io
+
+    import numpy as np
+    from matplotlib.image import imread
+
+    from dist_notebook.display.band import heat_of, heat_rgba, hottest
+    from dist_notebook.display.final import HEAT_BASE, _heatmap
+
+    m = metrics16()
+    heat = heat_of({r: m.records(r) for r in m.ranks}, 240)
+    assert heat is not None
+    # comm time is reported: step minus comm, where rank 12 (less comm) is the slow one
+    assert heat.key == "outside" and len(heat.ranks) == 16 and hottest(heat) == 12
+    assert heat_rgba(heat.median, heat.median, HEAT_BASE) == HEAT_BASE
+    r, g, b, a = heat_rgba(heat.rows[12][0], heat.median, HEAT_BASE)
+    assert (round(r * 255), round(g * 255), round(b * 255), a) == (214, 39, 40, 1.0)
+    figure = Figure()
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    assert _heatmap(ax, m, {12}) == [12]  # its label goes red
+    assert ax.get_title().startswith("per rank: step − comm time (s) · median 0.01 s")
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r}" for r in range(16)]
+    # in the PNG: a full-red line (rank 12's row) under the curves; none at 8 ranks
+    png = imread(io.BytesIO(draw_png(m, m.run_summary("r", "succeeded", 40))))
+    red = (png[..., 0] > 0.8) & (png[..., 1] < 0.2) & (png[..., 2] < 0.2) & (png[..., 3] > 0.95)
+    rows = np.nonzero(red.sum(axis=1) > 300)[0]
+    assert len(rows) >= 3 and rows.min() > png.shape[0] // 2
+    eight = RunMetrics(list(range(8)))
+    eight.add([rec for rec in m.all_records() if rec.rank < 8])
+    small = imread(io.BytesIO(draw_png(eight, eight.run_summary("r", "succeeded", 40))))
+    assert small.shape[0] < png.shape[0]
