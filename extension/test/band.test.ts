@@ -4,7 +4,7 @@ import { describe, it } from 'node:test';
 import { bandOf, bandPath, heatColor, heatOf, mostDeviating } from '../src/chart/band';
 import { IPoint } from '../src/chart/data';
 import { slowestRows } from '../src/chart/bars';
-import { hottest, outsideComm } from '../src/chart/heatmap';
+import { hottest, outsideComm, rgbOf } from '../src/chart/heatmap';
 
 /** *n* steps of rank *rank*: value base + rank offset (time: step, plus a rank skew). */
 function curve(rank: number, n: number, value: (step: number) => number): IPoint[] {
@@ -169,6 +169,22 @@ describe('heatOf', () => {
     assert.equal(heatColor(8, 1), 'rgb(214,39,40)', 'clipped at twice');
     assert.equal(heatColor(0.5, 1), 'rgb(31,119,180)');
     assert.equal(heatColor(NaN, 1), 'transparent');
+  });
+
+  it("takes the theme's neutral for the median (a dark grey on a dark theme)", () => {
+    const dark = [66, 66, 66];
+    assert.equal(heatColor(1, 1, dark), 'rgb(66,66,66)');
+    assert.equal(heatColor(2, 1, dark), 'rgb(214,39,40)');
+    assert.equal(heatColor(0.5, 1, dark), 'rgb(31,119,180)');
+    // halfway to twice the median: halfway from the dark neutral to red
+    assert.equal(heatColor(Math.SQRT2, 1, dark), 'rgb(140,53,53)');
+  });
+
+  it('reads a canvas colour back as rgb', () => {
+    assert.deepEqual(rgbOf('#424242'), [66, 66, 66]);
+    assert.deepEqual(rgbOf('rgba(236, 236, 230, 0.5)'), [236, 236, 230]);
+    assert.deepEqual(rgbOf(' rgb(1 2 3)'), [1, 2, 3]);
+    assert.equal(rgbOf('transparent'), null);
   });
 });
 

@@ -68,6 +68,19 @@ def fill(writer: StoreWriter, cluster: str, run: str) -> None:
     writer.set_run_state(run, "running")
 
 
+# Whether the heatmap's canvas, at rank 0's row (a median row) 60% across, is light (arg
+# true) or dark: the mean of its RGB against the middle grey.
+HEAT_PIXEL_IS = """(light) => {
+  const canvas = document.querySelector('.dn-runview .dn-chart-heat canvas');
+  if (!canvas || !canvas.width) return false;
+  const ctx = canvas.getContext('2d');
+  const x = Math.floor(canvas.width * 0.6), y = 1;
+  const [r, g, b, a] = ctx.getImageData(x, y, 1, 1).data;
+  const mean = (r + g + b) / 3;
+  return a > 0 && (light ? mean > 180 : mean < 110);
+}"""
+
+
 def test_32_ranks_banded_chart_heatmap_and_nodes(shared_lab, page):  # type: ignore[no-untyped-def]
     lab = shared_lab
     cluster, run = f"c-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
@@ -130,6 +143,9 @@ def test_32_ranks_banded_chart_heatmap_and_nodes(shared_lab, page):  # type: ign
             page.wait_for_function(
                 "(l) => document.body.dataset.jpThemeLight === l", arg=light, timeout=30_000
             )
+            # the heatmap is drawn again in the theme's colours: its median cells (rank 0's
+            # row) a dark grey on the dark theme, a light one on the light, its labels too
+            page.wait_for_function(HEAT_PIXEL_IS, arg=light == "true", timeout=30_000)
             if light == "false":  # the band, lines and heatmap as read on the dark theme
                 chart.screenshot(path=str(ARTIFACTS / "scale-chart-dark.png"))
 

@@ -271,17 +271,24 @@ export function heatOf(
   };
 }
 
+/** The median cell's colour where the theme gives none (`--dn-heat-mid`, chart.css). */
+export const HEAT_MID: readonly number[] = [236, 236, 230];
+
 /**
- * A cell's colour: the median is a pale neutral, twice the median (or more) a full red,
- * half (or less) a full blue, on a log scale (a rank 30% slower stands out as a line).
+ * A cell's colour: the median is the theme's neutral *pale* (a light grey on a light
+ * theme, a dark one on a dark theme), twice the median (or more) a full red, half (or
+ * less) a full blue, on a log scale (a rank 30% slower stands out as a line).
  */
-export function heatColor(value: number, mid: number): string {
+export function heatColor(
+  value: number,
+  mid: number,
+  pale: readonly number[] = HEAT_MID
+): string {
   if (Number.isNaN(value)) {
     return 'transparent';
   }
   const ratio = mid > 0 && value > 0 ? value / mid : value > mid ? 2 : 0.5;
   const t = Math.max(-1, Math.min(1, Math.log2(ratio)));
-  const pale = [236, 236, 230];
   const end = t >= 0 ? [214, 39, 40] : [31, 119, 180];
   const k = Math.abs(t);
   const c = pale.map((p, i) => Math.round(p + (end[i] - p) * k));

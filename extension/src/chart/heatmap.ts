@@ -8,7 +8,7 @@
  * several times a second); the matrix is band.ts's `heatOf`, tested under node.
  */
 import { h, setText } from '../dom';
-import { heatColor, heatOf, IHeat } from './band';
+import { HEAT_MID, heatColor, heatOf, IHeat } from './band';
 import { ChartData, formatNumber, IPoint, IRange, XAxis } from './data';
 
 /** What the heatmap can show, by key: a system series or step minus comm. */
@@ -20,6 +20,73 @@ export const HEAT_SERIES: { [key: string]: string } = {
 
 const LABEL_W = 46;
 const MAX_H = 192;
+/** Animation frames a theme change is watched for its new colours to apply. */
+const THEME_FRAMES = 120;
+
+/**
+ * A CSS colour as [r, g, b] (what a canvas makes of it), or null: `rgb()`, `rgba()` and
+ * `#rrggbb`, the forms a canvas's fillStyle reads back.
+ */
+export function rgbOf(css: string): number[] | null {
+  const hex = /^#([0-9a-f]{2})([0-9a-f]{2})([0-9a-f]{2})$/i.exec(css.trim());
+  if (hex) {
+    return hex.slice(1, 4).map(x => parseInt(x, 16));
+  }
+  const fn = /^rgba?\(\s*([\d.]+)[\s,]+([\d.]+)[\s,]+([\d.]+)/i.exec(css.trim());
+  return fn ? fn.slice(1, 4).map(x => Math.round(Number(x))) : null;
+}
+
+/** Calls *redraw* when the page's theme changes (JupyterLab, VS Code, a system dark
+ * mode): the body's theme attributes or class, then each frame until the colours that
+ * *probe* reads have changed, since the new theme's CSS may apply a moment later. */
+export function watchTheme(probe: () => string, redraw: () => void): () => void {
+  if (typeof MutationObserver !== 'function' || typeof document === 'undefined') {
+    return () => undefined;
+  }
+  let frame: number | null = null;
+  let left = 0;
+  let seen = probe();
+  const tick = (): void => {
+    frame = null;
+    const now = probe();
+    if (now !== seen) {
+      seen = now;
+      redraw();
+    }
+    left -= 1;
+    if (left > 0) {
+      frame = requestAnimationFrame(tick);
+    }
+  };
+  const changed = (): void => {
+    left = THEME_FRAMES;
+    if (frame === null) {
+      frame = requestAnimationFrame(tick);
+    }
+  };
+  const observer = new MutationObserver(changed);
+  observer.observe(document.body, {
+    attributes: true,
+    attributeFilter: [
+      'class',
+      'data-jp-theme-light',
+      'data-jp-theme-name',
+      'data-vscode-theme-kind'
+    ]
+  });
+  const dark =
+    typeof matchMedia === 'function'
+      ? matchMedia('(prefers-color-scheme: dark)')
+      : null;
+  dark?.addEventListener('change', changed);
+  return () => {
+    observer.disconnect();
+    dark?.removeEventListener('change', changed);
+    if (frame !== null) {
+      cancelAnimationFrame(frame);
+    }
+  };
+}
 
 /** A rank's step time minus its comm time, record by record (matched by time). */
 export function outsideComm(
@@ -83,8 +150,15 @@ export class HeatmapView {
   private readonly _canvas = h('canvas', 'dn-chart-heat-canvas');
   private readonly _note = h('span', 'dn-chart-heat-note');
   private _rowH = 4;
+  private _width = 0;
+  private readonly _unwatch: () => void;
 
   constructor() {
+    // The cells' neutral and the labels follow the theme: redrawn when it changes.
+    this._unwatch = watchTheme(
+      () => this._colors().join(' '),
+      () => this._draw(this.heat, this._width)
+    );
     for (const [key, label] of Object.entries(HEAT_SERIES)) {
       this._select.append(option(key, label));
     }
@@ -110,6 +184,19 @@ export class HeatmapView {
       this._canvas.title =
         rank === null ? '' : `rank ${rank}: click to draw it in the chart`;
     });
+  }
+
+  dispose(): void {
+    this._unwatch();
+  }
+
+  /** The theme's colours the canvas uses: the median cell's and the labels'. */
+  private _colors(): [string, string] {
+    if (typeof getComputedStyle !== 'function') {
+      return ['', ''];
+    }
+    const style = getComputedStyle(this.node);
+    return [style.getPropertyValue('--dn-heat-mid').trim(), style.color];
   }
 
   /** Called when the user picks another series (the chart redraws). */
@@ -161,6 +248,7 @@ export class HeatmapView {
   }
 
   private _draw(heat: IHeat | null, width: number): void {
+    this._width = width;
     const rows = heat?.ranks.length ?? 0;
     this._rowH = rows ? Math.max(2, Math.min(10, Math.floor(MAX_H / rows))) : 4;
     const height = Math.max(1, rows * this._rowH);
@@ -175,10 +263,18 @@ export class HeatmapView {
     }
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.clearRect(0, 0, width, height);
+    const [midCss, labelCss] = this._colors();
+    // The canvas reads the theme's colour back as #rrggbb or rgba(): one form to parse.
+    ctx.fillStyle = `rgb(${HEAT_MID.join(',')})`;
+    if (midCss) {
+      ctx.fillStyle = midCss;
+    }
+    const pale = rgbOf(String(ctx.fillStyle)) ?? HEAT_MID;
+    this.node.dataset.mid = pale.join(',');
     const cw = (width - LABEL_W - 8) / heat.columns;
     heat.rows.forEach((row, i) => {
       row.forEach((v, j) => {
-        ctx.fillStyle = heatColor(v, heat.median);
+        ctx.fillStyle = heatColor(v, heat.median, pale);
         // Whole pixels, each cell meeting the next: no seams between columns.
         const x0 = Math.floor(LABEL_W + j * cw);
         const x1 = Math.ceil(LABEL_W + (j + 1) * cw);
@@ -187,7 +283,7 @@ export class HeatmapView {
     });
     // Rank labels: every rank where rows are tall enough, else every 8th.
     const every = this._rowH >= 9 ? 1 : Math.ceil(10 / this._rowH / 8) * 8;
-    ctx.fillStyle = getComputedStyle(this.node).color || '#808080';
+    ctx.fillStyle = labelCss || '#808080';
     ctx.font = '10px sans-serif';
     ctx.textAlign = 'right';
     ctx.textBaseline = 'top';

@@ -165,6 +165,7 @@ export class ChartView {
   /** Stop watching the plot's size and drop a pending draw (the view is going away). */
   dispose(): void {
     this._resize?.disconnect();
+    this._heat.dispose();
     if (this._frame !== null && typeof cancelAnimationFrame === 'function') {
       cancelAnimationFrame(this._frame);
     }
