@@ -30,7 +30,7 @@ import ipyparallel as ipp
 import psutil
 from traitlets.config import Config
 
-from .. import envvars
+from .. import envvars, privates
 from ..engine import group, shm
 from ..privatedir import UnsafeDirectoryError, private_dir
 from ..protocol import ClusterState, check_move
@@ -150,6 +150,11 @@ class DistCluster:
         sets = self._ipp.engines
         return [(set_id, sets[set_id]) for set_id in self._engine_sets if set_id in sets]
 
+    def launched_engine_sets(self) -> set[str]:
+        """Ids of every engine set ipyparallel was asked to start, one whose start
+        failed included."""
+        return set(self._ipp.engines) if self._ipp is not None else set()
+
     def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
         """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
         by_rank = {r.rank: r.engine_id for r in self.ranks}
@@ -206,7 +211,7 @@ class DistCluster:
             self._record_cluster()
             await self._start_engines()
             self.client = await self._ipp.connect_client()
-            await self._wait_for_engines(set(), self.n)
+            await self.wait_for_engines(set(), self.n)
             await self._setup_ranks(sorted(self.client.ids))
         except BaseException as e:
             self.move(ClusterState.FAILED)
@@ -216,7 +221,7 @@ class DistCluster:
                 # ipyparallel writes its profile files beside the run store.
                 raise ClusterError(full_disk_message(store_path(), e)) from None
             raise
-        return self._ready(t0)
+        return self.ready_after(t0)
 
     def _make_stack_dir(self) -> None:
         if not self.spec.engines.on_this_machine:
@@ -236,7 +241,8 @@ class DistCluster:
         if self.stack_dir:
             shutil.rmtree(self.stack_dir, ignore_errors=True)
 
-    def _ready(self, t0: float) -> DistCluster:
+    def ready_after(self, t0: float) -> DistCluster:
+        """Ready (again) after a start, restart or scale that began at *t0*."""
         self.start_seconds = time.perf_counter() - t0
         self.ready_since = time.time()
         self.move(ClusterState.READY)
@@ -285,15 +291,22 @@ class DistCluster:
                 await self._ipp.stop_engines()
                 self._engine_sets.clear()
                 await self._start_engines()
-                await self._wait_for_engines(old, self.n)
+                await self.wait_for_engines(old, self.n)
                 await self._setup_ranks(sorted(set(self.client.ids) - old))
         except BaseException:
             self.move(ClusterState.FAILED)
             raise
-        return self._ready(t0)
+        return self.ready_after(t0)
 
     def restart_sync(self, everything: bool = False) -> DistCluster:
         return run_sync(self.restart(everything))
+
+    async def scale(self, n: int, hosts: str | None = None) -> float:
+        """Make the cluster have *n* ranks between cells (ssh, mpi: laid out as *hosts*
+        says, if given); the seconds it took (cluster/scale.py)."""
+        from .scale import scale
+
+        return await scale(self, n, hosts)
 
     async def stop(self) -> None:
         """Stop engines and controller; calling it again does nothing."""
@@ -359,7 +372,7 @@ class DistCluster:
             profile_dir=own_profile_dir(self.id),
         )
 
-    def _engine_env(self, rank_offset: int = 0) -> dict[str, str]:
+    def engine_env(self, rank_offset: int = 0) -> dict[str, str]:
         spec = self.spec
         threads = str(spec.resolved_threads)
         env = {
@@ -396,7 +409,7 @@ class DistCluster:
             self.progress(f"replacing rank {rank} ({dead[rank]})")
             await self._start_engines(1, rank)
         self.health.bury_exits()
-        await self._wait_for_engines(old, len(dead))
+        await self.wait_for_engines(old, len(dead))
         await self._setup_ranks(survivors + sorted(set(self.client.ids) - old))  # type: ignore[union-attr]
 
     async def _exits_recorded(self, pids: set[int], timeout: float) -> None:
@@ -413,15 +426,70 @@ class DistCluster:
             await asyncio.sleep(0.05)
 
     async def _start_engines(self, count: int | None = None, rank_offset: int = 0) -> None:
-        assert self._ipp is not None
         count = self.n if count is None else count
         self.progress(f"starting {count} engine{'s' if count > 1 else ''}")
+        await self.start_engines(count, rank_offset)
+
+    async def start_engines(
+        self,
+        count: int,
+        rank_offset: int = 0,
+        *,
+        env: dict[str, str] | None = None,
+        traits: dict[str, Any] | None = None,
+    ) -> str:
+        """Start one engine set of *count* engines, ranks from *rank_offset*; its id.
+
+        By default the engines get the cluster's own environment (``engine_env``). With
+        *env* (and *traits* of its launcher: a scale's engine set, ``scale_starts``) the
+        set is one beside others: its id is chosen before it starts and given to its
+        engines, so each can tell which set it came from (``rankenv.origin``)."""
+        assert self._ipp is not None
+        extra: dict[str, Any] = dict(traits or {})
+        if env is None:
+            env = self.engine_env(rank_offset)
+        else:
+            set_id = privates.new_engine_set_id(self._ipp)
+            env = {**env, envvars.ENGINE_SET: set_id}
+            extra["engine_set_id"] = set_id
         # (ipp.Cluster has no engine_args trait: it must go to the engine launcher.)
         self._engine_set = await self._ipp.start_engines(
-            count, environment=self._engine_env(rank_offset), engine_args=engine_args(self.spec)
+            count, environment=env, engine_args=engine_args(self.spec), **extra
         )
         self._engine_sets.append(self._engine_set)
         self._owner_only_files()
+        return self._engine_set
+
+    async def stop_engine_sets(self, set_ids: list[str]) -> None:
+        """Stop these engine sets together (each stop waits for its launcher: an
+        mpiexec's exit, a Slurm job's cancel) and forget them."""
+        assert self._ipp is not None
+        await asyncio.gather(*(self._ipp.stop_engines(s) for s in set_ids))
+        for set_id in set_ids:
+            self._engine_sets.remove(set_id)
+
+    async def drop_engine_set(self, set_id: str) -> None:
+        """Stop an engine set that failed to start, and forget it either way (a
+        launcher whose host cannot be reached cannot be stopped; nothing runs there)."""
+        assert self._ipp is not None
+        try:
+            await self._ipp.stop_engines(set_id)
+        except Exception as e:  # the host is unreachable: its engine never started
+            log.info("engine set %s that failed: %s", set_id, e)
+        self._ipp.engines.pop(set_id, None)
+        if set_id in self._engine_sets:
+            self._engine_sets.remove(set_id)
+
+    def configure_engine_launcher(self) -> None:
+        """The engine launcher's configuration follows the spec as it is now (after a
+        scale): a later ``restart`` starts the cluster so, in one engine set."""
+        assert self._ipp is not None
+        _, config = self.spec.engines.engine_launcher(self.spec)
+        for name, traits in config.items():
+            section = self._ipp.config[name]
+            if not isinstance(section, Config):
+                section = self._ipp.config[name] = Config()
+            section.update(traits)
 
     def _owner_only_files(self) -> None:
         """ipyparallel creates the logs with the default umask (world-readable); they
@@ -431,7 +499,7 @@ class DistCluster:
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(path, 0o600)
 
-    async def _wait_for_engines(self, old: set[int], count: int) -> None:
+    async def wait_for_engines(self, old: set[int], count: int) -> None:
         assert self.client is not None
         deadline = time.monotonic() + self.spec.start_timeout
         seen = -1

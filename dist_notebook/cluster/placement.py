@@ -6,12 +6,20 @@ their ipyparallel ids say nothing about where they run. Each engine reports a pr
 node order is the scheduler's node id where there is one (Slurm, our SSH launcher), else
 the lowest launcher rank on the node (MPI), else first registration; within a node,
 local rank order. MASTER_ADDR is rank 0's own address towards the controller.
+
+The decisions are pure functions of plain data (no cluster, no client): ``place`` for
+remote ranks, and for a scale the hosts' rank counts (``host_counts``, ``host_layout``,
+``asked_layout``, ``growth``) and which ranks leave (``leaving_by_host``,
+``newest_ranks``); ``mpi_hosts`` reads an mpiexec's host slots. Only ``assign_ranks``
+and ``ranks_across_hosts`` talk to engines.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from .hosts import format_hosts, parse_hosts
 
 
 class PlacementError(RuntimeError):
@@ -107,6 +115,79 @@ def place(
             )
     master = places[0].address
     return [Place(**{**p.__dict__, "master_addr": master}) for p in places]
+
+
+def host_counts(current: dict[str, int], n: int, cap: int = 0) -> dict[str, int]:
+    """The hosts' rank counts for *n* ranks: growing fills the least-loaded host (ties:
+    the first), shrinking empties the most loaded one (ties: the last). *cap* (GPUs per
+    node) bounds a host's ranks (PlacementError where the hosts cannot hold *n*)."""
+    out = dict(current)
+    order = {host: i for i, host in enumerate(out)}
+    while sum(out.values()) < n:
+        free = [h for h in out if not cap or out[h] < cap]
+        if not free:
+            raise PlacementError(
+                f"scale {n}: the hosts {format_hosts(tuple(current.items()))} have "
+                f"{cap} GPUs each, one per rank; add a host with scale --hosts"
+            )
+        out[min(free, key=lambda h: (out[h], order[h]))] += 1
+    while sum(out.values()) > n:
+        out[max(out, key=lambda h: (out[h], order[h]))] -= 1
+    return out
+
+
+def host_layout(hosts: list[str], known: list[str]) -> dict[str, int]:
+    """{host: ranks} of ranks running on *hosts*, in the order of *known* (the
+    cluster's hosts, which keep a 0 when they have no rank), other hosts after them."""
+    counts = dict.fromkeys(known, 0)
+    for host in hosts:
+        counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
+def asked_layout(current: dict[str, int], asked: dict[str, int]) -> dict[str, int]:
+    """The layout ``scale --hosts`` asks for: a host left out ends with no rank, a new
+    host comes after the others."""
+    target = {host: asked.get(host, 0) for host in current}
+    target.update({h: c for h, c in asked.items() if h not in target})
+    return target
+
+
+def growth(target: dict[str, int], have: dict[str, int]) -> dict[str, int]:
+    """{host: ranks to add} of the hosts that *target* gives more than they *have*."""
+    return {h: c - have.get(h, 0) for h, c in target.items() if c > have.get(h, 0)}
+
+
+def leaving_by_host(host_of: dict[int, str], target: dict[str, int]) -> list[int]:
+    """The ranks that leave for *target* (*host_of*: each rank's host): on each host
+    beyond its count, its highest ranks."""
+    by_host: dict[str, list[int]] = {}
+    for rank in sorted(host_of):
+        by_host.setdefault(host_of[rank], []).append(rank)
+    out: list[int] = []
+    for host, ranks in by_host.items():
+        extra = len(ranks) - target.get(host, 0)
+        if extra > 0:
+            out += ranks[-extra:]
+    return out
+
+
+def newest_ranks(set_of: dict[int, str | None], set_order: list[str], count: int) -> list[int]:
+    """The *count* newest ranks (*set_of*: each rank's engine set, *set_order*: the sets
+    in start order): the last set's highest ranks first."""
+    order = {s: i for i, s in enumerate(set_order)}
+    newest = sorted(set_of, key=lambda r: (order.get(set_of[r] or "", -1), r), reverse=True)
+    return newest[: max(0, count)]
+
+
+def mpi_hosts(mpi_args: list[str]) -> list[str]:
+    """The host of each launcher rank of an mpiexec started with ``--host h1:2,h2:1``
+    (``--map-by slot``: a host's slots are consecutive ranks); [] without ``--host``."""
+    hosts = mpi_args[mpi_args.index("--host") + 1] if "--host" in mpi_args else ""
+    out: list[str] = []
+    for host, count in parse_hosts(hosts) if hosts else ():
+        out += [host] * count
+    return out
 
 
 async def assign_ranks(

@@ -3,14 +3,16 @@
 ``strategy_for(name)`` is the one place a launcher's name becomes behaviour; the rest
 of the package asks the strategy (``EnginesStrategy`` in ``base.py``) and branches on
 no launcher name. What Slurm does differently is in ``slurm.py``; ssh in ``ssh.py``,
-MPI in ``mpi.py``, ranks on this machine in ``local.py``.
+MPI in ``mpi.py``, ranks on this machine in ``local.py``; what the three remote ones
+share (how a scale removes and adds their engines) in ``remote.py``.
 """
 
 from __future__ import annotations
 
-from .base import EnginesStrategy, HostListEngines, Start
+from .base import EnginesStrategy, Resized, ScalePlan, Start
 from .local import LocalEngines
 from .mpi import MPIEngines
+from .remote import HostListEngines, RemoteEngines
 from .slurm import SlurmEngines
 from .ssh import SSHEngines
 
@@ -32,6 +34,9 @@ __all__ = [
     "HostListEngines",
     "LocalEngines",
     "MPIEngines",
+    "RemoteEngines",
+    "Resized",
+    "ScalePlan",
     "SSHEngines",
     "SlurmEngines",
     "Start",

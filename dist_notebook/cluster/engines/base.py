@@ -3,13 +3,21 @@
 A cluster composes one ``EnginesStrategy`` (``engines.strategy_for(spec.launcher)``)
 and asks it whatever differs by launcher; no other module branches on the launcher's
 name. The four strategies sit beside this file, one per launcher: ``local.py`` (ranks
-are processes of this machine), ``ssh.py``, ``mpi.py`` and ``slurm.py``.
+are processes of this machine), ``ssh.py``, ``mpi.py`` and ``slurm.py``; what the three
+remote ones share (their scale) is in ``remote.py``.
+
+A strategy acts on a cluster only through the interface scale declares
+(``cluster.scale.Scalable``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ..scale import GrowError, Scalable
 
 # (ranks to start, their environment, traits of their engine set) of one engine set.
 Start = tuple[int, dict[str, str], dict[str, Any]]
@@ -20,6 +28,29 @@ SLURM_ONLY = (
     ("--time", "time_limit"),
     ("--account", "account"),
 )
+
+
+@dataclass
+class ScalePlan:
+    """What a scale changes: *n* ranks after it; for remote engines each engine's
+    origin (``rankenv.origin``, by engine id) and, where the user lays out hosts, every
+    host's rank count after it (*target*; empty otherwise)."""
+
+    n: int
+    origins: dict[int, dict[str, Any]] = field(default_factory=dict)
+    target: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Resized:
+    """The engines after a resize, for their placement: *ids* (kept ones first), the
+    hosts' order before it (*previous*) and the engines kept (*kept*; None: by rank).
+    *failed*: the error of a grow that failed, the cluster going on with *kept*."""
+
+    ids: list[int]
+    previous: list[str] | None = None
+    kept: set[int] | None = None
+    failed: GrowError | None = None
 
 
 class EnginesStrategy(ABC):
@@ -93,22 +124,15 @@ class EnginesStrategy(ABC):
             )
         return None
 
-    def scale_starts(
-        self,
-        spec: Any,
-        added: int,
-        target: dict[str, int],
-        have: dict[str, int],
-        base_env: dict[str, str],
-    ) -> list[Start]:
-        """The engine sets that add *added* ranks: *target* is every host's rank count
-        after the scale (ssh, mpi), *have* what each has now."""
-        raise NotImplementedError(f"--launcher {self.name} scales by other means")
+    async def plan_scale(self, cluster: Scalable, n: int, hosts: str | None) -> ScalePlan | None:
+        """What scaling *cluster* to *n* ranks changes (*hosts*: the layout asked for),
+        or None: nothing (the cluster is so already)."""
+        return ScalePlan(n) if n != cluster.n else None
 
-    def engine_stopper(self, engine_set: Any, host: str, pid: int) -> Any:
-        """The launcher that stops the one engine *pid* on *host* by a signal, or None:
-        the engine then leaves through ipyparallel's shutdown request."""
-        return None
+    @abstractmethod
+    async def resize(self, cluster: Scalable, plan: ScalePlan) -> Resized:
+        """Add or remove engines as *plan* says, through the launcher; the cluster's
+        spec and rank table follow (the ranks are placed again afterwards)."""
 
     # --- what the kernel can reach -------------------------------------------------
     def sync_hosts(self, spec: Any) -> list[str]:
@@ -121,31 +145,3 @@ class EnginesStrategy(ABC):
             f"stacks needs local engines (--launcher local): the ranks of --launcher "
             f"{self.name} run on other hosts, where this kernel cannot signal them"
         )
-
-
-class HostListEngines(EnginesStrategy):
-    """The ranks laid out by the user on named hosts (``--hosts h1:2,h2:2``): ssh, mpi."""
-
-    takes_hosts: ClassVar[bool] = True
-
-    def check_own(self, spec: Any) -> None:
-        from ..hosts import HostsError, format_hosts
-
-        if not spec.hosts:
-            raise HostsError(
-                f"--launcher {self.name} needs --hosts, e.g. --hosts node1:2,node2:2 "
-                "(hosts you can ssh to without a password)"
-            )
-        total = sum(n for _, n in spec.hosts)
-        if spec.n != total:
-            raise HostsError(
-                f"-n {spec.n} but --hosts {format_hosts(spec.hosts)} has {total} ranks; "
-                "drop -n (it follows --hosts) or change the counts"
-            )
-        if spec.gpus_per_node:
-            over = [f"{h}:{n}" for h, n in spec.hosts if n > spec.gpus_per_node]
-            if over:
-                raise HostsError(
-                    f"--hosts {over[0]} asks for more ranks than --gpus-per-node "
-                    f"{spec.gpus_per_node}: one GPU per rank"
-                )

@@ -4,15 +4,21 @@ What differs from the remote launchers: the kernel is each engine's parent (they
 with it), it sees an engine's exit at once, signals pids (stacks, SIGCONT), counts the
 cores over the ranks for their threads, and checks memory and the process limit
 before a start or a scale (``cluster.limits``). Engines run without a nanny process.
+A scale starts N - n more engines with ranks n..N-1 or stops the engines of ranks
+N..n-1 through their own launchers (their exits are no deaths: health buries them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import envvars
-from .base import EnginesStrategy
+from .base import EnginesStrategy, Resized, ScalePlan
+
+if TYPE_CHECKING:
+    from ..scale import Scalable
 
 
 class LocalEngines(EnginesStrategy):
@@ -50,3 +56,32 @@ class LocalEngines(EnginesStrategy):
 
     def stacks_refusal(self) -> str | None:
         return None
+
+    async def resize(self, cluster: Scalable, plan: ScalePlan) -> Resized:
+        n = plan.n
+        if n > cluster.n:
+            client = cluster.require_client()
+            before = set(client.ids)
+            kept = [r.engine_id for r in cluster.ranks]
+            added = n - cluster.n
+            cluster.spec = _resized(cluster.spec, n)
+            cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}")
+            await cluster.start_engines(added, n - added)
+            await cluster.wait_for_engines(before, added)
+            return Resized(kept + sorted(set(client.ids) - before))
+        leaving = [r for r in cluster.ranks if r.rank >= n]
+        cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {leaving[0].rank}..")
+        pids = {r.pid for r in leaving}
+        for set_id, engine_set in cluster.engine_sets():
+            for identifier, launcher in list(getattr(engine_set, "launchers", {}).items()):
+                if getattr(launcher, "pid", None) in pids:
+                    cluster.health.bury(set_id, identifier)  # first: a stopped engine is no death
+                    await launcher.stop()
+        cluster.spec = _resized(cluster.spec, n)
+        cluster.ranks = [r for r in cluster.ranks if r.rank < n]
+        return Resized([r.engine_id for r in cluster.ranks])
+
+
+def _resized(spec: Any, n: int) -> Any:
+    """*spec* with *n* ranks (and its first *n* GPUs)."""
+    return dataclasses.replace(spec, n=n, gpus=spec.gpus[:n] if spec.gpus else ())

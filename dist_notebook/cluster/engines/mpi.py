@@ -4,7 +4,9 @@ What differs: one mpiexec starts the whole engine set (``launchers.RankMPIEngine
 Open MPI's rank variables, no mpi4py); its options keep one rank's death from ending
 the others (``launchers.mpi_args``); a scale starts one mpiexec per host that grows,
 told where that host's local ranks start; a single engine leaves through
-ipyparallel's shutdown request; ``%dist_sync`` copies to the hosts.
+ipyparallel's shutdown request; an engine of the first mpiexec names no host of its
+own: its MPI rank and the mpiexec's ``--host`` say which; ``%dist_sync`` copies to the
+hosts.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ... import envvars
-from .base import HostListEngines, Start
+from .base import Start
+from .remote import HostListEngines
 
 
 class MPIEngines(HostListEngines):
@@ -45,3 +48,10 @@ class MPIEngines(HostListEngines):
             env[envvars.HOST_NAME] = host
             starts.append((count, env, {"mpi_args": mpi_args(spec, ((host, count),))}))
         return starts
+
+    def host_by_launch(self, engine_set: Any, origin: dict[str, Any]) -> str | None:
+        from ..placement import mpi_hosts
+
+        layout = mpi_hosts(list(getattr(engine_set, "mpi_args", [])))
+        rank = origin["mpi_rank"]
+        return layout[rank] if rank is not None and rank < len(layout) else None

@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from .base import EnginesStrategy, Start
+from .base import Start
+from .remote import RemoteEngines
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # MINUTES, H:MM:SS, D-HH:MM ...
 
 
-class SlurmEngines(EnginesStrategy):
+class SlurmEngines(RemoteEngines):
     name: ClassVar[str] = "slurm"
 
     def validate(self, spec: Any) -> None:
@@ -87,6 +88,9 @@ class SlurmEngines(EnginesStrategy):
         # With GPUs the job takes whole nodes (scale_refusal asked for a multiple of gpn).
         nodes = added // gpn if gpn else spec.nodes or 1
         return [(added, dict(base_env), {"namespace": slurm_namespace(added, nodes, gpn)})]
+
+    def grow_where(self, grow: dict[str, int]) -> str:
+        return "in a new Slurm job"
 
     def sync_hosts(self, spec: Any) -> list[str]:
         from ..sync import SyncError

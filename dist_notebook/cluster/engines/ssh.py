@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .base import HostListEngines, Start
+from .base import Start
+from .remote import HostListEngines
 
 
 class SSHEngines(HostListEngines):
@@ -30,7 +31,9 @@ class SSHEngines(HostListEngines):
         have: dict[str, int],
         base_env: dict[str, str],
     ) -> list[Start]:
-        grow = {h: target[h] - have.get(h, 0) for h in target if target[h] > have.get(h, 0)}
+        from ..placement import growth
+
+        grow = growth(target, have)
         traits = {
             "engines": grow,
             "hosts": list(target),
