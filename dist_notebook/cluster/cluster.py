@@ -47,7 +47,7 @@ from .launchers import (
 )
 from .loop import run_sync
 from .owner import ClusterOwner
-from .placement import ranks_across_hosts
+from .placement import PlacementError, local_ranks, ranks_across_hosts
 from .spec import ClusterConfigError, ClusterSpec
 
 log = logging.getLogger("dist_notebook")
@@ -559,17 +559,14 @@ class DistCluster:
             await self.init_group()
             return
         infos = await asyncio.wrap_future(client[ids].apply_async(group.rank_info))
-        ranks = []
-        for position, (eid, info) in enumerate(zip(ids, infos, strict=True)):
-            # A plain ipengine without launcher variables gets its rank by registration order.
-            rank = info["rank"] if info["rank"] >= 0 else position
-            ranks.append(RankInfo(rank, eid, info["host"], info["pid"], info["device"]))
-        ranks.sort(key=lambda r: r.rank)
-        if [r.rank for r in ranks] != list(range(self.n)):
-            raise ClusterError(
-                f"engines report ranks {[r.rank for r in ranks]}, not 0..{self.n - 1}"
-            )
-        self.ranks = ranks
+        try:
+            order = local_ranks(infos, self.n)
+        except PlacementError as e:
+            raise ClusterError(str(e)) from None
+        self.ranks = [
+            RankInfo(rank, ids[at], infos[at]["host"], infos[at]["pid"], infos[at]["device"])
+            for at, rank in order
+        ]
         await self.init_group()
 
     async def init_group(self) -> None:

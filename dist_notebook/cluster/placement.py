@@ -8,10 +8,11 @@ the lowest launcher rank on the node (MPI), else first registration; within a no
 local rank order. MASTER_ADDR is rank 0's own address towards the controller.
 
 The decisions are pure functions of plain data (no cluster, no client): ``place`` for
-remote ranks, and for a scale the hosts' rank counts (``host_counts``, ``host_layout``,
-``asked_layout``, ``growth``) and which ranks leave (``leaving_by_host``,
-``newest_ranks``); ``mpi_hosts`` reads an mpiexec's host slots. Only ``assign_ranks``
-and ``ranks_across_hosts`` talk to engines.
+remote ranks, ``local_ranks`` for engines of this machine, ``threads_per_rank``, and for
+a scale the hosts' rank counts (``host_counts``, ``host_layout``, ``asked_layout``,
+``growth``) and which ranks leave (``leaving_by_host``, ``newest_ranks``); ``mpi_hosts``
+reads an mpiexec's host slots. Only ``assign_ranks`` and ``ranks_across_hosts`` talk to
+engines.
 """
 
 from __future__ import annotations
@@ -188,6 +189,31 @@ def mpi_hosts(mpi_args: list[str]) -> list[str]:
     for host, count in parse_hosts(hosts) if hosts else ():
         out += [host] * count
     return out
+
+
+def local_ranks(infos: list[dict[str, Any]], n: int) -> list[tuple[int, int]]:
+    """(position, rank) of engines of this machine, in rank order, from each engine's
+    report (``group.rank_info``, in registration order): a plain ipengine without the
+    launcher's variables (rank -1) gets its position. PlacementError unless the ranks
+    are 0..n-1."""
+    ranks = sorted(
+        (
+            (position, info["rank"] if info["rank"] >= 0 else position)
+            for position, info in enumerate(infos)
+        ),
+        key=lambda pr: pr[1],
+    )
+    if [rank for _, rank in ranks] != list(range(n)):
+        raise PlacementError(f"engines report ranks {[rank for _, rank in ranks]}, not 0..{n - 1}")
+    return ranks
+
+
+def threads_per_rank(cores: int | None, ranks_on_host: int, given: int | None = None) -> int:
+    """Each rank's thread count: *given* (``--threads``), else the host's *cores* over
+    its ranks, at least 1 (engines otherwise each take every core and oversubscribe)."""
+    if given is not None:
+        return given
+    return max(1, (cores or 1) // max(1, ranks_on_host))
 
 
 async def assign_ranks(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .engines import LAUNCHERS, EnginesStrategy, strategy_for
 from .hosts import HostsError
 from .hosts import validate as validate_remote
+from .placement import threads_per_rank
 
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -101,9 +102,7 @@ class ClusterSpec:
 
     @property
     def resolved_threads(self) -> int:
-        if self.threads is not None:
-            return self.threads
-        return max(1, (os.cpu_count() or 1) // self.engines.ranks_per_host(self))
+        return threads_per_rank(os.cpu_count(), self.engines.ranks_per_host(self), self.threads)
 
 
 def _ids(ids: object) -> str:
