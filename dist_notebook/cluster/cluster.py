@@ -45,7 +45,7 @@ from .launchers import (
     controller_args,
     engine_args,
 )
-from .loop import run_sync
+from .loop import sync_twin
 from .owner import ClusterOwner
 from .placement import PlacementError, local_ranks, ranks_across_hosts
 from .spec import ClusterConfigError, ClusterSpec
@@ -251,8 +251,7 @@ class DistCluster:
         self.health.watch()
         return self
 
-    def start_sync(self) -> DistCluster:
-        return run_sync(self.start())
+    start_sync = sync_twin(start)
 
     def record_in_store(self) -> None:
         """Write the cluster, its ranks and its state to the run store, as its start
@@ -298,8 +297,7 @@ class DistCluster:
             raise
         return self.ready_after(t0)
 
-    def restart_sync(self, everything: bool = False) -> DistCluster:
-        return run_sync(self.restart(everything))
+    restart_sync = sync_twin(restart)
 
     async def scale(self, n: int, hosts: str | None = None) -> float:
         """Make the cluster have *n* ranks between cells (ssh, mpi: laid out as *hosts*
@@ -307,6 +305,8 @@ class DistCluster:
         from .scale import scale
 
         return await scale(self, n, hosts)
+
+    scale_sync = sync_twin(scale)
 
     async def stop(self) -> None:
         """Stop engines and controller; calling it again does nothing."""
@@ -318,8 +318,7 @@ class DistCluster:
         self._remove_stack_dir()
         registry.discard(self)
 
-    def stop_sync(self) -> None:
-        run_sync(self.stop())
+    stop_sync = sync_twin(stop)
 
     def interrupt(self, ranks: list[int] | None = None) -> None:
         """Send SIGINT to the ranks' engines (through ipyparallel's control channel)."""

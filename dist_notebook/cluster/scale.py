@@ -49,13 +49,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
-from .loop import run_sync
 from .placement import PlacementError, host_counts, ranks_across_hosts
 
 if TYPE_CHECKING:
     import ipyparallel as ipp
 
-    from .cluster import RankInfo
+    from .cluster import DistCluster, RankInfo
     from .engines import Resized
     from .health import Health
     from .owner import ClusterOwner
@@ -170,8 +169,9 @@ async def scale(cluster: Scalable, n: int, hosts: str | None = None) -> float:
     return time.perf_counter() - t0
 
 
-def scale_sync(cluster: Scalable, n: int, hosts: str | None = None) -> float:
-    return run_sync(scale(cluster, n, hosts))
+def scale_sync(cluster: DistCluster, n: int, hosts: str | None = None) -> float:
+    """``cluster.scale_sync(n, hosts)``, under this module's older name."""
+    return cluster.scale_sync(n, hosts)
 
 
 async def _regroup(cluster: Scalable, resized: Resized) -> None:
