@@ -14,11 +14,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import sbatch as sbatch_file
 from . import script as script_file
 from .script import ExportError, Part, Plan
+
+if TYPE_CHECKING:
+    from ..cluster.spec import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,12 @@ def _run_options(spec: Any) -> dict[str, Any]:
 
 
 def _batch(
-    options: Options, cluster: Any, engines: Any, name: str, target: Path, store: str
+    options: Options,
+    cluster: ClusterSpec | None,
+    engines: Any,
+    name: str,
+    target: Path,
+    store: str,
 ) -> sbatch_file.Batch:
     slurm = getattr(cluster, "launcher", "local") == "slurm"
     nodes = options.nodes or (getattr(cluster, "nodes", None) if slurm else None) or 1
@@ -206,7 +214,7 @@ def _batch(
     )
 
 
-def _given(value: str | None, cluster: Any, field: str, slurm: bool) -> str:
+def _given(value: str | None, cluster: ClusterSpec | None, field: str, slurm: bool) -> str:
     """The flag's value, else the Slurm cluster's own setting, else none."""
     return str(value or (getattr(cluster, field, "") if slurm else "") or "")
 

@@ -10,7 +10,7 @@ empty front end) ends the session on the rank.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -21,6 +21,9 @@ from ..cluster.execute import RankError, apply_on_ranks
 from ..engine import debug as rank_debug
 from .args import HELP, check_ranks, help_text, parse
 from .session import Session
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import DistCluster
 
 EXAMPLES = """
   %dist_debug          pdb on the rank that raised first in the last failed cell
@@ -75,7 +78,7 @@ class DebugMagics(Magics):
         print(f"pdb on rank {rank} (q to quit)")
         self._loop(cluster, rank, reply)
 
-    def _loop(self, cluster: Any, rank: int, reply: dict[str, Any]) -> None:
+    def _loop(self, cluster: DistCluster, rank: int, reply: dict[str, Any]) -> None:
         prompt = f"(Pdb rank {rank}) "
         try:
             while not reply["ended"]:
@@ -96,7 +99,7 @@ class DebugMagics(Magics):
                 self._call(cluster, rank, rank_debug.close_session)
         print(f"pdb on rank {rank} ended")
 
-    def _call(self, cluster: Any, rank: int, fn: Any, *args: Any) -> Any:
+    def _call(self, cluster: DistCluster, rank: int, fn: Any, *args: Any) -> Any:
         try:
             outputs = apply_on_ranks(cluster, fn, *args, ranks=[rank], timeout=COMMAND_TIMEOUT_S)
         except (ClusterError, RankError, TimeoutError) as e:

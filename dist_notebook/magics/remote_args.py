@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
@@ -10,6 +10,9 @@ from ..cluster import ClusterConfigError
 from ..cluster.engines import strategy_for
 from ..cluster.hosts import HostsError, listen_ip, remote_spec
 from .args import MagicParser, positive_int
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import DistCluster, Progress
 
 
 def add_remote_flags(p: MagicParser) -> None:
@@ -50,10 +53,12 @@ def remote_cluster_spec(args: Any) -> Any:
         raise UsageError(str(e)) from None
 
 
-def scale_action(cluster: Any, count: int | None, progress: Any, hosts: str | None = None) -> Any:
+def scale_action(
+    cluster: DistCluster | None, count: int | None, progress: Progress, hosts: str | None = None
+) -> DistCluster:
     """``%dist_cluster scale N [--hosts H:n,...]``: the cluster with N ranks, or a
     UsageError naming the fix."""
-    from ..cluster.scale import ScaleError, scale_sync
+    from ..cluster.scale import ScaleError
 
     if count is None and not hosts:
         raise UsageError(
@@ -64,7 +69,7 @@ def scale_action(cluster: Any, count: int | None, progress: Any, hosts: str | No
         raise UsageError("no cluster to scale: start one with %dist_cluster start")
     cluster.progress = progress
     try:
-        took = scale_sync(cluster, count or 0, hosts)
+        took = cluster.scale_sync(count or 0, hosts)
     except ScaleError as e:
         raise UsageError(str(e)) from None
     print(

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import privates
 from ..export.stored import exports_of
@@ -23,6 +23,9 @@ from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, Run
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
+
+if TYPE_CHECKING:
+    from ipyparallel import Cluster
 
 log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
@@ -400,7 +403,7 @@ async def _act(row: dict[str, Any], action: str) -> None:
         _release_waiters(cluster)
 
 
-def _load_cluster(row: dict[str, Any]) -> Any:
+def _load_cluster(row: dict[str, Any]) -> Cluster:
     """The ipyparallel cluster of *row*, rebuilt from its cluster file."""
     from ipyparallel import Cluster
 
@@ -430,7 +433,7 @@ def _load_cluster(row: dict[str, Any]) -> Any:
         ) from e
 
 
-def _release_waiters(cluster: Any) -> None:
+def _release_waiters(cluster: Cluster) -> None:
     # Loading a cluster starts one thread per process that waits for its exit; after an
     # interrupt the processes live on, and those threads would outlive the request. They
     # check this event every poll_seconds (_launcher_config).

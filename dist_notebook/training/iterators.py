@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..cluster import ClusterError
 from ..cluster.execute import RankError
 from ..cluster.transfer import pull
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 
@@ -39,7 +42,7 @@ def stop_iteration_hint(error: RankError | None) -> None:
         error.add_hint(f"; {EXHAUSTED}" if error.evalue else EXHAUSTED)
 
 
-def ended_by_stop(cluster: Any, ranks: list[int], interrupt: RankError | None) -> str:
+def ended_by_stop(cluster: DistCluster, ranks: list[int], interrupt: RankError | None) -> str:
     """After a Stop: a line naming the generators that the interrupt went through and that
     are now finished on the ranks, with the fix; "" when there are none (or it cannot tell)."""
     if interrupt is None:

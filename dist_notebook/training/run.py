@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cluster import ClusterError
 from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
@@ -28,6 +28,9 @@ from ..store import StoreWriter
 from ..store.recorder import record
 from .collector import Collector
 from .iterators import ended_by_stop, stop_iteration_hint
+
+if TYPE_CHECKING:
+    from ..cluster.cluster import DistCluster
 
 log = logging.getLogger("dist_notebook")
 
@@ -116,7 +119,9 @@ class TrainingRun:
     One run at a time per cluster: a second one is refused (RunBusyError) while the
     first is pending or running, before anything of it is recorded."""
 
-    def __init__(self, cluster: Any, spec: RunSpec, writer: StoreWriter | None = None) -> None:
+    def __init__(
+        self, cluster: DistCluster, spec: RunSpec, writer: StoreWriter | None = None
+    ) -> None:
         self.cluster = cluster
         self.spec = spec
         self.id = uuid.uuid4().hex[:12]
