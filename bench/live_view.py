@@ -26,6 +26,12 @@ send, ``clock``), transit (send to the browser's receipt: kernel, server, websoc
 browser (receipt to the draw). The view's own figure (``latency_ms``) counts the transit
 out (it takes the kernel's clock through the last message); on this one machine the
 browser and kernel clocks are the same, so ``true_latency_ms`` is draw minus report().
+The kernel part is split further, by tenths of the run: report() to the rank's send (each
+rank's sender stamps its batches, ``rank_send_p95_by_tenth_ms``), to the collector's read
+of the socket (``received_p95_by_tenth_ms``) and to the live feed (``arrival_...``); a
+sampler in the kernel gives each kernel thread's CPU and its own worst wake-up lateness
+by tenths (``kernel_threads_by_tenth``: the GIL or the CPU held elsewhere), and the times
+of the page's hellos (one per model).
 """
 
 from __future__ import annotations
@@ -69,7 +75,68 @@ if not hasattr(_live, "_bench_arrivals"):
         _orig(self, records)
     _live.LiveFeed._on_records = _probe
 _live._bench_arrivals.clear()
+# and the collector's receipt of each message (report() to the kernel's socket read), and
+# each hello a model of the page sent (the view's history), on the kernel's clock
+from dist_notebook.training import collector as _coll
+if not hasattr(_coll, "_bench_received"):
+    _coll._bench_received = []
+    _live._bench_hellos = []
+    _ov = _coll.Collector._verify
+    def _verify(self, frames, ends, _ov=_ov):
+        now = time.time()
+        records = _ov(self, frames, ends)
+        _coll._bench_received.extend(now - r.time for r in records)
+        return records
+    _coll.Collector._verify = _verify
+    _oh = _live.LiveFeed.history
+    def _history(self, _oh=_oh):
+        _live._bench_hellos.append(time.time())
+        _oh(self)
+    _live.LiveFeed.history = _history
+_coll._bench_received.clear()
+_live._bench_hellos.clear()
+# and, each tenth of a second, every kernel thread's CPU and how late this sampler woke
+# (the GIL or the CPU held elsewhere): what the kernel does while records wait
+import threading
+def _sample(stop, out, every=0.1):
+    last = time.time()
+    while not stop.wait(every):
+        now = time.time()
+        cpu = {}
+        for t in threading.enumerate():
+            try:
+                clock = time.pthread_getcpuclockid(t.ident)
+                cpu[t.name] = cpu.get(t.name, 0.0) + time.clock_gettime(clock)
+            except (OSError, TypeError):
+                continue  # a thread that ended meanwhile
+        out.append((now, round(now - last - every, 4), cpu))
+        last = now
+_bench_samples = []
+_bench_stop = threading.Event()
+threading.Thread(target=_sample, args=(_bench_stop, _bench_samples), daemon=True).start()
 _cpu0 = time.process_time()
+"""
+# On each rank, before a run: each batch the sender ships, with its records' report()
+# times (the rank's part: report() to the send), kept for the run's dump below.
+RANK_PROBE = """%%dist
+import time
+from dist_notebook.engine import reporter as _rep
+if not hasattr(_rep, "_bench_ships"):
+    _rep._bench_ships = []
+    _os = _rep._Channel._ship
+    def _ship(self, end=False, _os=_os):
+        times = [row[1] for row in list(self._queue)]
+        now = time.time()
+        _os(self, end)
+        if times:
+            _rep._bench_ships.append((now, times))
+    _rep._Channel._ship = _ship
+_rep._bench_ships.clear()
+"""
+RANK_DUMP = """%%dist
+import json, os
+with open(os.path.join({root!r}, f"ships-{name}-{{os.environ.get('RANK', '0')}}.json"), "w") as f:
+    json.dump(_rep._bench_ships, f)
 """
 COST = """import json, time
 _m = get_ipython().magics_manager.registry["TrainMagics"]
@@ -80,7 +147,29 @@ print("BENCH_RESULT " + json.dumps({
     "messages": None if _d is None else _d.feed.messages,
     "process_cpu": time.process_time() - _cpu0,
     "arrivals": [round(a, 4) for a in _live._bench_arrivals],
+    "received": [round(a, 4) for a in _coll._bench_received],
+    "hellos": [round(h - _r.started, 3) for h in _live._bench_hellos],
+    "threads": _bench_threads(_bench_samples, _r.started, _r.ended),
+    "warm_waited": None if _d is None else getattr(_d, "warm_waited", None),
 }))
+_bench_stop.set()
+"""
+# The sampler's figures by tenths of the run: each thread's CPU (s) and the sampler's
+# worst lateness (s).
+THREADS = """def _bench_threads(samples, started, ended):
+    tenth = (ended - started) / 10
+    out = []
+    for i in range(10):
+        lo, hi = started + i * tenth, started + (i + 1) * tenth
+        inside = [s for s in samples if lo <= s[0] < hi]
+        if len(inside) < 2:
+            out.append(None)
+            continue
+        first, last = inside[0][2], inside[-1][2]
+        cpu = {n: round(last[n] - first.get(n, 0.0), 3) for n in last}
+        busy = {n: c for n, c in sorted(cpu.items(), key=lambda x: -x[1]) if c >= 0.005}
+        out.append({"late_max": max(s[1] for s in inside), "cpu": busy})
+    return out
 """
 WATCH = """
 window.__dnLiveLog = [];
@@ -138,8 +227,10 @@ def notebook(root: Path, steps: int, reps: int) -> list[str]:
             name = f"{'live' if live else 'off'}{rep}"
             flags = "" if live else "--no-dashboard"
             cells.append(PROBE)
+            cells.append(RANK_PROBE)
             cells.append(TRAIN.format(name=name, steps=steps, flags=flags))
-            cells.append(COST)
+            cells.append(RANK_DUMP.format(root=str(root), name=name))
+            cells.append(THREADS + COST)
             names.append(name)
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
@@ -269,6 +360,13 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         # report() to the kernel's hand-over (the collector), by tenths of the run
         "arrival_ms": [_pcts(k["arrivals"]) for k in live],
         "arrival_p95_by_tenth_ms": [_tenths(k["arrivals"]) for k in live],
+        # the same split further: report() to the rank's send, to the collector's read
+        "rank_send_p95_by_tenth_ms": [_tenths(k["ships"]) for k in live if k.get("ships")],
+        "received_p95_by_tenth_ms": [_tenths(k["received"]) for k in live],
+        # when the page's models said hello (s after the run's start): one per model
+        "hellos_s": [k["hellos"] for k in live],
+        # each kernel thread's CPU and the worst wake-up lateness, by tenths of the run
+        "kernel_threads_by_tenth": [k["threads"] for k in live],
         "records_per_s": [k["records"] / k["wall"] for k in raw["kernel"]],
         "live_view_core_share": [k["live_cpu"] / k["wall"] for k in live],
         "kernel_core_share_live": [k["process_cpu"] / k["wall"] for k in live],
@@ -276,6 +374,15 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         "messages_per_s": [k["messages"] / k["wall"] for k in live],
         "elements_per_run": {t: titles.count(t) for t in sorted(set(titles))},
     }
+
+
+def _ships(root: Path, name: str) -> list[float]:
+    """Each record's wait on its rank, report() to the sender's send, in report() order."""
+    waits: list[tuple[float, float]] = []
+    for path in root.glob(f"ships-{name}-*.json"):
+        for sent, times in json.loads(path.read_text()):
+            waits += [(t, sent - t) for t in times]
+    return [w for _, w in sorted(waits)]
 
 
 def _by_tenth(recv: list[dict[str, Any]]) -> list[float]:
@@ -340,9 +447,12 @@ def run_mode(mode: str, steps: int, reps: int) -> dict[str, Any]:
     ran = [k["name"] for k in raw["kernel"]]
     if ran != names:  # each measuring cell reports the run of the cell before it
         raise SystemExit(f"{mode}: cells ran out of order: {ran} != {names}")
+    for k in raw["kernel"]:
+        k["ships"] = _ships(root, k["name"])
     figures = summarize(raw)
     for k in raw["kernel"]:
-        k.pop("arrivals", None)  # summarized above
+        for name in ("arrivals", "received", "ships"):
+            k.pop(name, None)  # summarized above
     return {"figures": figures, "raw_kernel": raw["kernel"]}
 
 

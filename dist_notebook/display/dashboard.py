@@ -28,6 +28,7 @@ import base64
 import html
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,24 @@ from .uipoll import CommRoute
 log = logging.getLogger("dist_notebook")
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+# The kernel imports torch in a background thread once a cluster is ready (the first
+# %dist_pull of tensors needs it: the cluster transfer module's warm_up). Loading libtorch holds
+# the GIL for 0.4 s and more at a time, so a run started meanwhile (a notebook run from the
+# top) had its records wait in the collector's socket: bench/live_view.py measured
+# report() -> collector p95 of 440 ms in the run's first tenth against ~50 ms after, with
+# that thread using 0.8 s of CPU in the run's first 4 s. A run with a live view waits for
+# it (at most WARM_WAIT s, the view shown meanwhile) before its cell goes to the ranks.
+WARM_THREAD = "dist-notebook-warm"
+WARM_WAIT = 20.0
+
+
+def wait_for_warm_up(timeout: float = WARM_WAIT) -> float:
+    """Wait for the kernel's torch import (WARM_THREAD) to end; return the seconds waited."""
+    t0 = time.monotonic()
+    for thread in threading.enumerate():
+        if thread.name == WARM_THREAD and thread is not threading.current_thread():
+            thread.join(max(0.0, timeout - (time.monotonic() - t0)))
+    return time.monotonic() - t0
 
 
 def kernel_id() -> str:
@@ -82,6 +101,8 @@ class Dashboard:
         self.widget.on_msg(self._on_msg)
         self.stop_requested = False
         self.hellos = 0  # models made in front ends: more than one is a late view
+        # Seconds the run waited for the kernel's torch import (None: not running yet).
+        self.warm_waited: float | None = None
         self.final_bundle: dict[str, Any] | None = None
         self._handle: Any = None
         self.text: TextLive | None = None
@@ -142,6 +163,10 @@ class Dashboard:
             self.widget.state = self.run.state.value
             self.widget.rank_states = self._rank_states()
         self.feed.touch()
+        if self.run.state.value == "running" and self.warm_waited is None:
+            # In the run's own thread, its channel open and its cell not yet sent to the
+            # ranks (a background run leaves the kernel's main thread free meanwhile).
+            self.warm_waited = wait_for_warm_up()
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         kind = content.get("kind") if isinstance(content, dict) else None
