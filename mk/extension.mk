@@ -8,6 +8,9 @@
 #                     reads from the package itself (editable install or wheel)
 #   make ext-lint     tsc --noEmit and prettier --check
 #   make ext-test     unit tests of the front end's data code (node --test)
+#   make ext-generate the TypeScript generated from Python: src/protocol.ts (the record,
+#                     states, measures) and src/contracts.ts (REST answers, widget
+#                     messages); tests fail while a committed one is out of date
 #   make test-server  REST API tests (real Jupyter server, real ipyparallel clusters)
 #   make test-ui      browser tests (real JupyterLab, Debian chromium)
 
@@ -25,7 +28,7 @@ EXT_LINK = $(CURDIR)/$(VENV)/share/jupyter/labextensions/dist-notebook
 # jupyter-builder (called by the npm scripts) lives in the venv
 EXT_ENV = PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: ext-build ext-lint ext-test test-server test-ui
+.PHONY: ext-build ext-lint ext-test ext-generate test-server test-ui
 
 $(EXT_MODULES): $(EXT_DIR)/package-lock.json
 	@command -v npm >/dev/null 2>&1 || { echo "the front end needs Node.js 20.19+ and npm"; exit 1; }
@@ -51,6 +54,10 @@ ext-lint: $(EXT_MODULES)
 
 ext-test: $(EXT_MODULES)
 	cd $(EXT_DIR) && npm test
+
+ext-generate: venv
+	$(VENV)/bin/python -m dist_notebook.protocol > $(EXT_DIR)/src/protocol.ts
+	$(VENV)/bin/python -m dist_notebook.contracts > $(EXT_DIR)/src/contracts.ts
 
 test-server: venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/server

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 
 from ..cluster.spec import ClusterSpec
+from ..contracts import DetachedModel
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from .link import FILE, KeeperError, KeeperFile, pack, unpack
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dist_notebook")
 POLL_S = 0.5  # the serving loop's wake-up: idle and stop checks
-CHANGE_TIMEOUT_S = 600.0  # a restart's reply may wait this long
 
 
 def spec_from_json(data: dict[str, Any]) -> ClusterSpec:
@@ -75,7 +75,6 @@ class Keeper:
         self.taken_from: dict[int, int] = {}  # {kernel pid: the pid that took over}
         self.runs: dict[str, Any] = {}
         self.idle_since = time.monotonic()
-        self.last_use = time.time()
         self._key = secrets.token_bytes(32)
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
@@ -143,7 +142,6 @@ class Keeper:
             reply: dict[str, Any] = {"result": handler(**args)}
         except Exception as e:  # every refusal goes back to the kernel as its message
             reply = {"error": str(e) or type(e).__name__}
-        self.last_use = time.time()
         self._sock.send_multipart(pack(self._key, reply))
 
     def _idle_too_long(self) -> bool:
@@ -278,6 +276,13 @@ class Keeper:
             run.stop()
 
 
+def detached_note(idle_timeout: float | None) -> str:
+    """The store event's message that marks this keeper's cluster detached (the panel's
+    card shows it: GET clusters' ``detached``)."""
+    note: DetachedModel = {"keeper": os.getpid(), "idle_timeout": idle_timeout}
+    return json.dumps(note)
+
+
 def _say(out: Any, message: dict[str, Any]) -> None:
     out.write(json.dumps(message) + "\n")
     out.flush()
@@ -321,7 +326,7 @@ def main() -> None:
         cluster.writer(),
         "add_event",
         DETACHED_EVENT,
-        json.dumps({"keeper": os.getpid(), "idle_timeout": idle}),
+        detached_note(idle),
         cluster_id=cluster.id,
     )
     cluster.progress = lambda text: log.info("%s", text)

@@ -35,6 +35,7 @@ from typing import Any
 
 from IPython.display import display
 
+from ..contracts import view_message_kind
 from ..protocol import RunSummary
 from .final import draw_png, final_html, header_text, last_values, text_summary
 from .live import LiveFeed, LiveRunWidget
@@ -169,7 +170,7 @@ class Dashboard:
             self.warm_waited = wait_for_warm_up()
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        kind = content.get("kind") if isinstance(content, dict) else None
+        kind = view_message_kind(content)  # contracts.ViewMessage
         if kind == "stop" and not self.stop_requested and not self._finished:
             self.stop_requested = True
             self.run.stop()

@@ -7,8 +7,9 @@ without this package's labextension (which still holds the side panel). The modu
 built from the same chart sources as the panel (extension/src/chart, ``npm run
 build:live``, part of ``make ext-build``) into ``static/live.js`` and ``static/live.css``.
 The kernel draws nothing while the run goes: every ``FLUSH_EVERY`` s the feed sends the
-records that came in (one custom comm message: ``{"kind": "records", "records":
-[Record.to_json()...], "summary": RunSummary.to_json(), "clock": kernel time}``). Past
+records that came in (one custom comm message, ``contracts.RecordsMessage``: ``{"kind":
+"records", "records": [Record.to_json()...], "summary": RunSummary.to_json(), "clock":
+kernel time}``). Past
 ``MAX_POINTS`` records of a rank, each batch is sent as a min/max envelope per bucket of
 records, so a long run costs the browser a bounded number of points and spikes stay
 visible. A model that appears later (a reloaded page) says ``{"kind": "hello"}`` and
@@ -22,11 +23,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anywidget
 from traitlets import Bool, Dict, Float, Int, Unicode
 
+from ..contracts import RecordsMessage
 from ..metrics import RunMetrics
 from ..metrics.thinning import MAX_POINTS, ThinnedLog, envelope, stride_for, thin
 from ..protocol import Record, RunSummary
@@ -64,12 +65,9 @@ def asset(name: str) -> str | None:
         return None
 
 
-def built() -> bool:
-    return (STATIC / "live.js").is_file()
-
-
 class LiveRunWidget(anywidget.AnyWidget):
-    """The model of the cell's live view (drawn by extension/src/chart/widget.ts)."""
+    """The model of the cell's live view (drawn by extension/src/chart/widget.ts); its
+    synced traits are contracts.LiveTraits (tests/unit/test_contracts.py checks)."""
 
     _esm = asset("live.js") or UNBUILT_ESM
     _css = asset("live.css") or ""
@@ -223,7 +221,7 @@ class LiveFeed:
 
     def _send(self, records: list[Record], reset: bool, summary: bool = True) -> None:
         # Without a summary the view keeps the last one it got.
-        message: dict[str, Any] = {
+        message: RecordsMessage = {
             "kind": "records",
             "records": [r.to_json() for r in records],
             "summary": self.summary().to_json() if summary else None,

@@ -45,10 +45,6 @@ def last_traceback() -> TracebackType | None:
     return getattr(sys, "last_traceback", None)
 
 
-def has_traceback() -> bool:
-    return last_traceback() is not None
-
-
 def open_session() -> dict[str, Any]:
     """Start pdb on the last traceback; returns {"output", "ended", "error"}."""
     close_session()

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ..contracts import ExportModel
 from ..store import StoreError, StoreReader, StoreWriter
 from .base import Location, RunInfo, Target, require
 
@@ -89,9 +90,10 @@ def remember(path: Path, run_id: str, location: Location) -> None:
         log.warning("the export is done, but the run store cannot record where: %s", e)
 
 
-def exports_of(events: list[dict[str, Any]]) -> list[Location]:
-    """The export locations among a run's events, oldest first."""
-    out = []
+def exports_of(events: list[dict[str, Any]]) -> list[ExportModel]:
+    """The export locations among a run's events, oldest first (GET runs/<id>'s
+    ``exports``)."""
+    out: list[ExportModel] = []
     for event in events:
         if event["kind"] == EXPORT_EVENT:
             try:

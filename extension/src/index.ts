@@ -27,7 +27,7 @@ import { DistPanel } from './panel';
 import { OverlayView } from './overlay';
 import { deleteRun, postClusterAction, pruneRuns } from './request';
 import { RunView } from './runview';
-import type { ClusterAction } from './types';
+import type { ClusterAction } from './contracts';
 
 const PLUGIN_ID = 'dist-notebook:plugin';
 const PANEL_ID = 'dist-notebook-panel';

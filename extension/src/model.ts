@@ -14,8 +14,8 @@ import {
   fetchSummary
 } from './request';
 import { RunSeries } from './series';
-import { ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES } from './types';
-import type { IClusterModel, IRunDetailModel, IRunModel } from './types';
+import { ACTIVE_RUN_STATES, ENDED_CLUSTER_STATES } from './protocol';
+import type { IClusterModel, IRunDetailModel, IRunModel } from './contracts';
 
 /** Failed requests back off up to this interval. */
 const MAX_BACKOFF_MS = 30 * 1000;

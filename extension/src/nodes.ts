@@ -3,7 +3,7 @@
  * is node order (ranks are numbered by node, then local rank), so a node's ranks are
  * adjacent and its first row carries the node's label.
  */
-import type { IRankModel } from './types';
+import type { IRankModel } from './contracts';
 
 /** The node of a rank: the server's node_rank, else its host (stores before node_rank). */
 export function nodeKey(rank: IRankModel): string {

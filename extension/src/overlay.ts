@@ -9,7 +9,7 @@ import { ChartView } from './chart/view';
 import { h, setText } from './dom';
 import { fetchMetrics } from './request';
 import { meanPerStep } from './runs';
-import type { IRunModel, ISeqRecord } from './types';
+import type { IRunModel, ISeqRecord } from './contracts';
 
 async function allRecords(runId: string): Promise<ISeqRecord[]> {
   const out: ISeqRecord[] = [];

@@ -23,7 +23,7 @@ import {
 import type { IRankSummary, IRunSummary } from './protocol';
 import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
-import type { IClusterModel, IRankModel, IRunModel } from './types';
+import type { IClusterModel, IRankModel, IRunModel } from './contracts';
 
 /** A span of seconds as the magics write it: 90 s, 30 min, 2 h. */
 export function formatDuration(seconds: number): string {

@@ -8,11 +8,12 @@ import type {
   ClusterAction,
   IActionReply,
   IClusterModel,
+  IDeleteReply,
   IMetricsPage,
   IPruneReply,
   IRunDetailModel,
   IRunModel
-} from './types';
+} from './contracts';
 import type { IRunSummary } from './protocol';
 
 const API_PATH = 'dist-notebook/api';
@@ -101,8 +102,8 @@ export function postClusterAction(
 }
 
 /** Delete a run that ended, with its records. */
-export function deleteRun(runId: string): Promise<{ id: string; deleted: boolean }> {
-  return requestAPI(`runs/${id(runId)}`, { method: 'DELETE' });
+export function deleteRun(runId: string): Promise<IDeleteReply> {
+  return requestAPI<IDeleteReply>(`runs/${id(runId)}`, { method: 'DELETE' });
 }
 
 /** Delete the ended runs started before *before* (seconds since the epoch). */

@@ -5,7 +5,7 @@
  */
 import { h, setText, syncChildren } from './dom';
 import type { IRankSummary, IRunSummary, JsonNumber } from './protocol';
-import type { IRunDetailModel, IRunRankModel } from './types';
+import type { IRunDetailModel, IRunRankModel } from './contracts';
 
 function num(value: JsonNumber | number | null | undefined, digits = 3): string {
   return typeof value === 'number' && Number.isFinite(value)

@@ -9,7 +9,8 @@ import { CommandRegistry } from '@lumino/commands';
 import { CommandIDs } from './commands';
 import { h, setText, syncChildren } from './dom';
 import { filterRuns, IRunFilter } from './runs';
-import type { IRunModel, RunState } from './types';
+import type { IRunModel } from './contracts';
+import type { RunState } from './protocol';
 
 const STATES: RunState[] = [
   'pending',

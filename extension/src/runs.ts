@@ -3,7 +3,7 @@
  * the run list's filters and the overlay's mean curve of a run.
  */
 import type { IRecord } from './protocol';
-import type { IRunModel, ISeqRecord } from './types';
+import type { IRunModel, ISeqRecord } from './contracts';
 
 /** The filters a user set, as plain values (tested apart from the DOM). */
 export interface IRunFilter {

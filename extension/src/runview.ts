@@ -12,7 +12,7 @@ import { formatTime } from './panel';
 import type { IRunSummary } from './protocol';
 import { requestAPI } from './request';
 import { RunDetails } from './rundetails';
-import type { IExportModel } from './types';
+import type { IExportModel } from './contracts';
 
 export class RunView extends Widget {
   readonly model: RunModel;

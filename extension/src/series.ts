@@ -5,11 +5,19 @@
  *
  * No DOM and no JupyterLab imports here: this module is unit-tested under node.
  */
-import type { IRecord } from './protocol';
-import type { IMetricRecord } from './types';
+import type { ISeqRecord } from './contracts';
 
-/** A record as the metrics route serves it (protocol.IRecord with its sequence number). */
-export type ISeqRecord = IRecord & { seq: number };
+/**
+ * A record of version 1 of the API: the user's metrics beside the system fields. The
+ * series still read it (a store written before version 2); the server sends ISeqRecord.
+ */
+export interface IMetricRecord {
+  seq: number;
+  rank: number;
+  step: number | null;
+  time: number;
+  [metric: string]: number | string | boolean | null | undefined;
+}
 
 const SYSTEM = ['step_time', 'comm_time', 'samples'] as const;
 

@@ -2,10 +2,18 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { nodeGroups, nodeLabels, rankSet, stateCounts } from '../src/nodes';
-import type { IRankModel } from '../src/types';
+import type { IRankModel } from '../src/contracts';
 
-function rank(r: number, host: string, node: number | null | undefined): IRankModel {
-  return { rank: r, host, pid: 100 + r, device: 'cpu', state: 'idle', node_rank: node };
+function rank(r: number, host: string, node: number | null): IRankModel {
+  return {
+    rank: r,
+    host,
+    pid: 100 + r,
+    device: 'cpu',
+    state: 'idle',
+    engine_id: r,
+    node_rank: node
+  };
 }
 
 describe('nodeLabels', () => {
@@ -15,7 +23,7 @@ describe('nodeLabels', () => {
   });
 
   it('groups by host when the store has no node (before schema 3)', () => {
-    const ranks = [rank(0, 'a', null), rank(1, 'b', undefined), rank(2, 'b', null)];
+    const ranks = [rank(0, 'a', null), rank(1, 'b', null), rank(2, 'b', null)];
     assert.deepEqual(nodeLabels(ranks), ['a', 'b', '']);
   });
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { filterRuns, IRunFilter, meanPerStep } from '../src/runs';
-import type { IRunModel, ISeqRecord } from '../src/types';
+import type { IRunModel, ISeqRecord } from '../src/contracts';
 
 const DAY = 86400;
 const T0 = new Date('2026-11-01T00:00').getTime() / 1000;

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
 import { formatBytes, formatNumber, RunSeries } from '../src/series';
-import type { IMetricRecord } from '../src/types';
+import type { IMetricRecord } from '../src/series';
 
 function rec(
   seq: number,

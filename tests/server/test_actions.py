@@ -8,7 +8,9 @@ import time
 
 import psutil
 import pytest
+from wireshape import assert_shape
 
+from dist_notebook import contracts
 from dist_notebook.store import StoreReader
 
 pytestmark = pytest.mark.slow
@@ -25,6 +27,7 @@ async def test_stop_ends_the_engines(jp_fetch, live_cluster):
     assert all(psutil.pid_exists(pid) for pid in live_cluster.pids)
     reply = await post(jp_fetch, live_cluster.id, "stop")
     assert reply == {"id": live_cluster.id, "action": "stop", "state": "stopped", "via": "server"}
+    assert_shape(reply, contracts.ActionReply)
     deadline = time.monotonic() + 15
     while any(psutil.pid_exists(p) for p in live_cluster.pids) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
@@ -58,6 +61,7 @@ async def test_interrupt_raises_keyboardinterrupt_in_the_running_cell(
     started = time.monotonic()
     reply = await post(jp_fetch, live_cluster.id, "interrupt")
     assert reply["action"] == "interrupt"
+    assert_shape(reply, contracts.ActionReply)
     # Interrupted in ~0.1 s; the bound is for a loaded machine, far below the cell's 60 s.
     while not sleeping.ready() and time.monotonic() - started < 30:
         await asyncio.sleep(0.05)

@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 import pytest
+from wireshape import assert_shape
 
+from dist_notebook import contracts
 from dist_notebook.magics.session import Session
 from dist_notebook.store import StoreReader
 
@@ -71,8 +73,12 @@ async def test_panel_interrupt_and_stop_through_the_owning_kernel(
     assert cluster is not None
     try:
         run = await start_run(shell, session, "ctl-interrupt")
+        # A real cluster's row (its ranks with engine ids and nodes) as the panel gets it.
+        response = await jp_fetch(*API, "clusters", cluster.id)
+        assert_shape(json.loads(response.body), contracts.ClusterModel)
         reply = await post(jp_fetch, cluster.id, "interrupt")
         assert reply["via"] == "kernel" and reply["result"] == "run ctl-interrupt cancelled"
+        assert_shape(reply, contracts.ActionReply)
         await until(lambda: run.state.value == "cancelled", 60, "the run to be cancelled")
         stored = stored_run(run.id)
         assert stored["state"] == "cancelled"

@@ -14,37 +14,23 @@
  * the chart, and the kernel also replaces the output it displayed by that picture.
  */
 import type { IRecord, IRunSummary } from '../protocol';
+import { LIVE_TRAITS } from '../contracts';
+import type { ILiveTraits, IRecordsMessage, ViewMessage } from '../contracts';
 import { h, setText } from '../dom';
 import { toNumber } from './data';
 import { ChartView, IDrawInfo } from './view';
 
 /** Seconds without a record (at least 10 step times) before a rank shows no progress. */
 const STALL_AFTER = 5;
-/** The synced traits the view reads (dist_notebook/display/live.py: LiveRunWidget). */
-const TRAITS = [
-  'name',
-  'state',
-  'steps',
-  'started',
-  'rank_states',
-  'stoppable',
-  'final'
-];
-
-/** The part of anywidget's model (and of a Backbone widget model) the view uses. */
+/**
+ * The part of anywidget's model (and of a Backbone widget model) the view uses: the
+ * traits and messages of dist_notebook/contracts.py (LiveTraits, ViewMessage).
+ */
 export interface ILiveModel {
-  get(name: string): unknown;
+  get<K extends keyof ILiveTraits>(name: K): ILiveTraits[K] | undefined;
   on(event: string, callback: (...args: any[]) => void): void;
   off(event?: string | null, callback?: ((...args: any[]) => void) | null): void;
-  send(content: object): void;
-}
-
-export interface IRecordsMessage {
-  kind: 'records';
-  records: IRecord[];
-  summary: IRunSummary | null;
-  clock: number;
-  reset?: boolean;
+  send(content: ViewMessage): void;
 }
 
 declare global {
@@ -158,7 +144,7 @@ export class LiveRunView {
       this._chart.setSummary(store.summary);
       this._header();
     });
-    for (const name of TRAITS) {
+    for (const name of LIVE_TRAITS) {
       model.on(`change:${name}`, this._onChange);
     }
     this._header();
@@ -170,7 +156,7 @@ export class LiveRunView {
       window.clearInterval(this._timer);
       this._timer = null;
     }
-    for (const name of TRAITS) {
+    for (const name of LIVE_TRAITS) {
       this.model.off(`change:${name}`, this._onChange);
     }
     this._unlisten();
@@ -218,7 +204,7 @@ export class LiveRunView {
     setText(this._title, String(m.get('name')));
     setText(this._state, state);
     this.el.dataset.state = state;
-    const steps = m.get('steps') as number | null;
+    const steps = m.get('steps') ?? null;
     const done = summary?.steps_done ?? null;
     const parts = final ? [] : [`${elapsed.toFixed(0)} s`];
     if (done !== null) {
@@ -233,7 +219,7 @@ export class LiveRunView {
     }
     setText(this._progress, parts.join(' · '));
     this._stop.hidden = !m.get('stoppable') || state !== 'running';
-    const rankStates = (m.get('rank_states') ?? {}) as { [rank: string]: string };
+    const rankStates = m.get('rank_states') ?? {};
     const text = Object.entries(rankStates).map(([rank, s]) => {
       const r = summary?.ranks.find(x => String(x.rank) === rank);
       const last = toNumber(r?.last_time);
