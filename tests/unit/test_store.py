@@ -140,6 +140,50 @@ def test_run_and_metrics_read_back(writer: StoreWriter) -> None:
         reader.close()
 
 
+def test_a_flush_of_interleaved_ranks_is_stored_rank_by_rank_in_order(
+    writer: StoreWriter,
+) -> None:
+    """A flush holds many ranks' messages interleaved (10 records each); the writer
+    inserts them rank by rank: every record is stored, each rank's in the order sent, its
+    facts (count, first and last step, last finite loss) those of its records."""
+    ranks = [3, 0, 2, 1]
+    writer.add_run("r1", name="demo", cluster_id="c1", ranks=ranks, steps=None, code="")
+    sent: dict[int, list[Record]] = {r: [] for r in ranks}
+    for flush in range(2):
+        batch = []
+        for message in range(5):
+            for r in ranks:
+                for k in range(10):
+                    step = (flush * 5 + message) * 10 + k
+                    loss = float("nan") if (r == 2 and step == 99) else r + 1.0 / (step + 1)
+                    rec = Record(rank=r, step=step, time=1.0 + step, metrics={"loss": loss})
+                    batch.append(rec)
+                    sent[r].append(rec)
+        writer.append_metrics("r1", batch)
+    reader = StoreReader(writer.path)
+    try:
+        rows = reader.record_rows("r1")
+        assert len(rows) == 400
+        seqs = [seq for seq, _ in rows]
+        assert seqs == sorted(set(seqs))
+        for r in ranks:
+            mine = [rec for _, rec in rows if rec.rank == r]
+            assert [(x.step, x.time) for x in mine] == [(x.step, x.time) for x in sent[r]]
+        # Within one flush a rank's records are contiguous (inserted rank by rank).
+        first_flush = [rec.rank for _, rec in rows[:200]]
+        assert first_flush == sorted(first_flush)
+        summary = reader.summary("r1")
+        assert summary is not None
+        by_rank = {s.rank: s for s in summary.ranks}
+        for r in ranks:
+            assert by_rank[r].records == 100
+        facts = reader._facts("r1")
+        assert facts[1] == (100, 0, 99, 1.0 + 1.0 / 100)
+        assert facts[2] == (100, 0, 99, 2.0 + 1.0 / 99)  # its last loss is NaN
+    finally:
+        reader.close()
+
+
 def test_reader_without_a_store_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="start a cluster first, or set DIST_NOTEBOOK_STORE"):
         StoreReader(tmp_path / "absent.sqlite")
