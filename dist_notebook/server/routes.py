@@ -1,5 +1,9 @@
 """The URL table of the REST API, under ``{base_url}/dist-notebook/api/``.
 
+Each answer's shape is declared once in dist_notebook/contracts.py (ClusterModel,
+RunModel, RunDetailModel, MetricsPage, ActionReply, DeleteReply, PruneReply), and the
+panel's TypeScript interfaces are generated from it (extension/src/contracts.ts).
+
 GET  clusters                      clusters, newest first, each with its ranks; a rank
                                    that a run still going holds (pending or running in
                                    it) is "busy", as %dist_cluster status shows it (the

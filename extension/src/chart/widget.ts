@@ -5,9 +5,10 @@
  * this package's labextension. The entry anywidget loads is `./anywidget.ts`.
  *
  * The kernel (dist_notebook/display/live.py) sends only new records, batched, as
- * custom messages `{kind: "records", records, summary, clock, reset?}`; a `LiveStore`,
- * one per model, keeps them, so a view opened later (a reloaded page, a second view of
- * the output) draws the whole run. A new model says `{kind: "hello"}` and gets the whole
+ * custom messages `{kind: "records", records, summary, clock, reset?}` (the traits and
+ * messages are declared in dist_notebook/contracts.py, generated into ../contracts.ts);
+ * a `LiveStore`, one per model, keeps them, so a view opened later (a reloaded page, a
+ * second view of the output) draws the whole run. A new model says `{kind: "hello"}` and gets the whole
  * history with `reset`. The header's name, state and steps are synced traits. Stop sends
  * `{kind: "stop"}`. When the run ends the kernel sets the `final` trait (the static
  * picture and table as HTML): every view, a reloaded one included, shows it in place of
