@@ -60,8 +60,6 @@ SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
 # memory used (bytes), power (watts). Absent on CPU ranks.
 GPU_FIELDS = ("util", "mem", "power")
 
-Value = float | None  # a metric value: a float (finite or not); None where none was given
-
 
 # --- the record ------------------------------------------------------------------------
 @dataclass(slots=True)
