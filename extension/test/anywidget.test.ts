@@ -85,10 +85,14 @@ describe('anywidget entry', () => {
     const b = storeOf(proxy(model, manager, 'view2'));
     assert.equal(a, b);
     assert.equal(model.sent.filter((m: any) => m.kind === 'hello').length, 1);
-    assert.equal(model.listeners('msg:custom'), 1);
+    // the store's listener, and the one that notes the kernel's answer to the hello
+    assert.equal(model.listeners('msg:custom'), 2);
     model.trigger('msg:custom', records(3));
     assert.equal(recv.length, 1, 'each records message is handled once');
     assert.equal(a.records.length, 3);
+    model.trigger('msg:custom', { ...records(2), reset: true }); // the history
+    assert.equal(recv.length, 2);
+    assert.equal(a.records.length, 2);
     cleanup();
     assert.equal(model.listeners('msg:custom'), 0);
     delete (globalThis as any).__dnLiveRecv;

@@ -18,6 +18,19 @@ import { ILiveModel, LiveRunView, LiveStore } from './widget';
 
 const byManager = new WeakMap<object, Map<string, LiveStore>>();
 const byProxy = new WeakMap<ILiveModel, LiveStore>();
+/** Stores whose hello the kernel answered (its history, with `reset`). */
+const greeted = new WeakSet<LiveStore>();
+/** Each store's listener that marks it greeted. */
+const greeters = new WeakMap<LiveStore, (msg: { reset?: boolean } | null) => void>();
+/**
+ * A view says hello again, each second up to HELLO_TRIES times, while the kernel has not
+ * answered the store's: a model made before a plain cell's route to the live view's
+ * subshell existed sent its hello to the main shell, which reads it only once the cell
+ * has ended; meanwhile the kernel gives no history and takes the page for one without
+ * widgets (its text progress re-rendered the output every second).
+ */
+const HELLO_EVERY_MS = 1000;
+const HELLO_TRIES = 10;
 
 function keyOf(model: ILiveModel): [Map<string, LiveStore>, string] | null {
   const manager = (model as { widget_manager?: unknown }).widget_manager;
@@ -38,7 +51,15 @@ export function storeOf(model: ILiveModel): LiveStore {
   const key = keyOf(model);
   let store = key === null ? byProxy.get(model) : key[0].get(key[1]);
   if (store === undefined) {
-    store = new LiveStore(model);
+    const made = new LiveStore(model);
+    store = made;
+    const greeter = (msg: { reset?: boolean } | null): void => {
+      if (msg?.reset === true) {
+        greeted.add(made);
+      }
+    };
+    greeters.set(made, greeter);
+    model.on('msg:custom', greeter);
     if (key === null) {
       byProxy.set(model, store);
     } else {
@@ -51,6 +72,10 @@ export function storeOf(model: ILiveModel): LiveStore {
 /** The model's store is gone (its model closed or made again). */
 export function dropStore(model: ILiveModel, store: LiveStore): void {
   store.dispose();
+  const greeter = greeters.get(store);
+  if (greeter !== undefined) {
+    model.off('msg:custom', greeter);
+  }
   const key = keyOf(model);
   if (key !== null && key[0].get(key[1]) === store) {
     key[0].delete(key[1]);
@@ -64,7 +89,20 @@ export default {
     return () => dropStore(model, store);
   },
   render({ model, el }: { model: ILiveModel; el: HTMLElement }): () => void {
-    const view = new LiveRunView(model, storeOf(model), el);
-    return () => view.dispose();
+    const store = storeOf(model);
+    const view = new LiveRunView(model, store, el);
+    let tries = 0;
+    const timer = setInterval(() => {
+      tries += 1;
+      if (greeted.has(store) || tries > HELLO_TRIES) {
+        clearInterval(timer);
+      } else {
+        model.send({ kind: 'hello' });
+      }
+    }, HELLO_EVERY_MS);
+    return () => {
+      clearInterval(timer);
+      view.dispose();
+    };
   }
 };
