@@ -4,13 +4,22 @@ the records the live feed sends, the ranks x time heatmap where the rank that sl
 each step is the hottest row, `%dist_cluster status` during the run a row per node with the
 busy ranks and the slowest rank (its ranks cell opens to the ranks), and the end's picture.
 
-Screenshots (test-artifacts/ui/): live32-running (the cell's view mid-run), live32-status
-(the status table, its node opened), live32-final (the end's banded picture).
+The heatmap follows the theme (redrawn in JupyterLab Dark's colours); the end's picture has
+the ranks x steps heatmap too, the slow rank a red row.
+
+Screenshots (test-artifacts/ui/): live32-running and live32-running-dark (the cell's view
+mid-run, light and JupyterLab Dark), live32-status (the status table, its node opened),
+live32-final and live32-final-dark (the end's banded picture with its heatmap).
 """
 
 from __future__ import annotations
 
+import base64
+import io
+
+import numpy as np
 import pytest
+from matplotlib.image import imread
 from playwright.sync_api import expect
 
 from .conftest import ARTIFACTS, write_cells
@@ -39,6 +48,32 @@ KERNEL_IDLE = (
 )
 
 
+# The heatmap's median cell in JupyterLab Dark (chart.css --dn-heat-mid: --jp-layout-color2).
+DARK_MID = "66,66,66"
+
+
+def theme(page, dark: bool) -> None:  # type: ignore[no-untyped-def]
+    name = "JupyterLab Dark" if dark else "JupyterLab Light"
+    page.evaluate(
+        "(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", name
+    )
+    page.wait_for_function(
+        "(l) => document.body.dataset.jpThemeLight === l",
+        arg="false" if dark else "true",
+        timeout=30_000,
+    )
+
+
+def snap(page, locator, name: str) -> None:  # type: ignore[no-untyped-def]
+    """A screenshot of *locator*'s box on the page: the live view redraws several times a
+    second, and a busy machine's page never held the element still for the element
+    screenshot's stability wait (it timed out)."""
+    locator.scroll_into_view_if_needed()
+    box = locator.bounding_box()
+    assert box is not None
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=box)
+
+
 def cell(page, index: int):  # type: ignore[no-untyped-def]
     return page.locator(".jp-NotebookPanel .jp-Cell").nth(index)
 
@@ -64,7 +99,12 @@ def test_live_view_of_32_ranks_is_banded_with_a_heatmap(lab, page):  # type: ign
     expect(heat).to_have_attribute("data-hottest", str(SLOW), timeout=60_000)
     # The cell, not the view's element: a view re-made by the page (its output re-rendered)
     # is a new element, and the old one detached from the DOM failed the screenshot in CI.
-    cell(page, 2).screenshot(path=str(ARTIFACTS / "live32-running.png"))
+    snap(page, cell(page, 2), "live32-running")
+    # JupyterLab Dark: the heatmap drawn again in its colours (a dark median cell)
+    theme(page, dark=True)
+    expect(heat).to_have_attribute("data-mid", DARK_MID, timeout=30_000)
+    snap(page, cell(page, 2), "live32-running-dark")
+    theme(page, dark=False)  # (light again: the run may end meanwhile; its view goes)
 
     # status during the run: a row per node, busy ranks, the run's slowest rank
     status = cell(page, 4).locator(".jp-OutputArea-output table.dist-notebook-table").first
@@ -81,3 +121,12 @@ def test_live_view_of_32_ranks_is_banded_with_a_heatmap(lab, page):  # type: ign
     expect(final.locator("img")).to_be_visible(timeout=300_000)
     expect(final).to_contain_text("live32: succeeded in")
     final.locator("img").screenshot(path=str(ARTIFACTS / "live32-final.png"))
+    # the picture's heatmap: the slow rank a full-red row under the curves
+    src = final.locator("img").get_attribute("src") or ""
+    png = imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+    red = (png[..., 0] > 0.8) & (png[..., 1] < 0.2) & (png[..., 2] < 0.2) & (png[..., 3] > 0.95)
+    rows = np.nonzero(red.sum(axis=1) > png.shape[1] // 3)[0]
+    assert len(rows) >= 2 and rows.min() > png.shape[0] // 2, rows
+    theme(page, dark=True)  # the same picture on JupyterLab Dark (it is transparent)
+    final.locator("img").screenshot(path=str(ARTIFACTS / "live32-final-dark.png"))
+    theme(page, dark=False)
