@@ -15,17 +15,25 @@ import signal
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import privates
+from ..contracts import (
+    ActionReply,
+    ClusterAction,
+    ClusterModel,
+    DeleteReply,
+    MetricsPage,
+    PruneReply,
+    RankModel,
+    RunDetailModel,
+    RunModel,
+)
 from ..export.stored import exports_of
 from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, RunRankState, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
-
-if TYPE_CHECKING:
-    from ipyparallel import Cluster
 
 log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
@@ -43,9 +51,6 @@ DONE_S = 90.0
 # to keep an answer under a few MB; the client asks again at once while `more` is true.
 METRICS_LIMIT_DEFAULT = 5000
 METRICS_LIMIT_MAX = 50000
-
-# Fields of the clusters table the API shows; profile_dir and ipp_cluster_id stay inside.
-_CLUSTER_FIELDS = ("id", "state", "backend", "n", "started", "stopped", "kernel_pid", "detached")
 
 
 class UnknownIdError(LookupError):
@@ -99,7 +104,7 @@ class RunStoreManager:
             reader.close()
 
     # queries ----------------------------------------------------------------
-    def clusters(self) -> list[dict[str, Any]]:
+    def clusters(self) -> list[ClusterModel]:
         with self._reader() as reader:
             if reader is None:
                 return []
@@ -119,14 +124,14 @@ class RunStoreManager:
         except StoreError as e:
             log.warning("cannot mark orphaned clusters in the run store: %s", e)
 
-    def cluster(self, cluster_id: str) -> dict[str, Any]:
+    def cluster(self, cluster_id: str) -> ClusterModel:
         with self._reader() as reader:
             found = reader.cluster(cluster_id) if reader is not None else None
             if found is None or reader is None:
                 raise UnknownIdError(f"no cluster with id {cluster_id!r}")
             return _public_cluster(found, _busy_ranks(reader, found))
 
-    def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[RunModel]:
         if state is not None and state not in RUN_STATES:
             raise InvalidParameterError(
                 f"state must be one of {', '.join(RUN_STATES)}, not {state!r}"
@@ -134,22 +139,28 @@ class RunStoreManager:
         with self._reader() as reader:
             if reader is None:
                 return []
-            return reader.runs(cluster_id=cluster_id, state=state)
+            return [_public_run(r) for r in reader.runs(cluster_id=cluster_id, state=state)]
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> RunDetailModel:
         """The run's row, ranks, and ``exports``: where it was exported (TensorBoard,
         MLflow), each {"tool", "location", "url", "command", ...}, oldest first."""
         with self._reader() as reader:
             found = reader.run(run_id) if reader is not None else None
-            if found is not None and reader is not None:
-                found["exports"] = exports_of(reader.events(run_id=run_id))
+            exports = exports_of(reader.events(run_id=run_id)) if reader and found else []
         if found is None:
             raise UnknownIdError(f"no run with id {run_id!r}")
-        return found
+        return {
+            **_public_run(found),
+            "code": found["code"],
+            "ranks": found["ranks"],
+            "flags": found["flags"],
+            "output": found["output"],
+            "exports": exports,
+        }
 
     def metrics(
         self, run_id: str, since: int = 0, limit: int = METRICS_LIMIT_DEFAULT
-    ) -> dict[str, Any]:
+    ) -> MetricsPage:
         """Records of *run_id* with a sequence number above *since*, oldest first.
 
         ``last_seq`` is the number to pass as *since* next time (it equals *since* when
@@ -184,7 +195,7 @@ class RunStoreManager:
         return found.to_json()
 
     # deleting ---------------------------------------------------------------
-    def delete_run(self, run_id: str) -> dict[str, Any]:
+    def delete_run(self, run_id: str) -> DeleteReply:
         """Delete a run that ended, with its records (as %dist_runs --delete does)."""
         run = self.run(run_id)
         if run["state"] in ("pending", "running"):
@@ -199,7 +210,7 @@ class RunStoreManager:
             writer.close()
         return {"id": run_id, "deleted": True}
 
-    def prune(self, before: Any) -> dict[str, Any]:
+    def prune(self, before: Any) -> PruneReply:
         """Delete ended runs started before *before* (epoch seconds) and ended clusters
         left without runs (as %dist_runs --prune-before does)."""
         if isinstance(before, bool) or not isinstance(before, int | float) or before != before:
@@ -225,7 +236,7 @@ class RunStoreManager:
     # carries out (dist_notebook/store/control.py): panel Stop is %dist_cluster stop
     # there. Only when the owner is gone does the server act on the processes itself,
     # and the store then says so: the cluster is orphaned, then stopped.
-    async def interrupt(self, cluster_id: str) -> dict[str, Any]:
+    async def interrupt(self, cluster_id: str) -> ActionReply:
         """The owning kernel's interrupt (a training run is cancelled; otherwise the
         running cell raises KeyboardInterrupt); without an owner, SIGINT to every engine."""
         row = self._cluster_row(cluster_id)
@@ -236,10 +247,15 @@ class RunStoreManager:
         if _has_owner(row):
             return await self._through_owner(row, "interrupt")
         await asyncio.to_thread(_act_in_thread, row, "interrupt")
-        reply = {"id": cluster_id, "action": "interrupt", "state": row["state"], "via": "server"}
+        reply: ActionReply = {
+            "id": cluster_id,
+            "action": "interrupt",
+            "state": row["state"],
+            "via": "server",
+        }
         return self._record(reply, row, stopped=False)
 
-    async def stop(self, cluster_id: str) -> dict[str, Any]:
+    async def stop(self, cluster_id: str) -> ActionReply:
         """Stop the cluster (idempotent): through its kernel, or, with the kernel gone,
         the engines and the controller directly."""
         row = self._cluster_row(cluster_id)
@@ -249,10 +265,15 @@ class RunStoreManager:
         if _has_owner(row) and row["state"] not in ("stopped", "orphaned"):
             return await self._through_owner(row, "stop")
         await asyncio.to_thread(_act_in_thread, row, "stop")
-        reply = {"id": cluster_id, "action": "stop", "state": "stopped", "via": "server"}
+        reply: ActionReply = {
+            "id": cluster_id,
+            "action": "stop",
+            "state": "stopped",
+            "via": "server",
+        }
         return self._record(reply, row, stopped=True)
 
-    async def _through_owner(self, row: dict[str, Any], action: str) -> dict[str, Any]:
+    async def _through_owner(self, row: dict[str, Any], action: ClusterAction) -> ActionReply:
         cluster_id = row["id"]
         queue = ControlQueue(self.path)
         try:
@@ -279,7 +300,7 @@ class RunStoreManager:
             "result": answer["result"],
         }
 
-    def _record(self, reply: dict[str, Any], row: dict[str, Any], stopped: bool) -> dict[str, Any]:
+    def _record(self, reply: ActionReply, row: dict[str, Any], stopped: bool) -> ActionReply:
         """Write what the server did to a cluster whose kernel is gone: the cluster and
         its unfinished runs are orphaned (the kernel's own view, if it comes back late,
         cannot overwrite that), then stopped. The action has happened either way: a store
@@ -355,13 +376,45 @@ def _busy_ranks(reader: StoreReader, row: dict[str, Any]) -> set[int]:
     return busy
 
 
-def _public_cluster(row: dict[str, Any], busy: AbstractSet[int] = frozenset()) -> dict[str, Any]:
-    out = {k: row.get(k) for k in _CLUSTER_FIELDS}
-    out["ranks"] = [
-        {**r, "state": "busy"} if r["rank"] in busy and r.get("state") == "idle" else r
-        for r in row.get("ranks", [])
-    ]
-    return out
+def _public_cluster(row: dict[str, Any], busy: AbstractSet[int] = frozenset()) -> ClusterModel:
+    """The cluster's row as the API shows it (profile_dir and ipp_cluster_id stay inside)."""
+    return {
+        "id": row["id"],
+        "state": row["state"],
+        "backend": row["backend"],
+        "n": row["n"],
+        "started": row["started"],
+        "stopped": row["stopped"],
+        "kernel_pid": row["kernel_pid"],
+        "detached": row.get("detached"),
+        "ranks": [_public_rank(r, busy) for r in row.get("ranks", [])],
+    }
+
+
+def _public_rank(rank: dict[str, Any], busy: AbstractSet[int]) -> RankModel:
+    state = "busy" if rank["rank"] in busy and rank["state"] == "idle" else rank["state"]
+    return {
+        "rank": rank["rank"],
+        "host": rank["host"],
+        "pid": rank["pid"],
+        "device": rank["device"],
+        "state": state,
+        "engine_id": rank["engine_id"],
+        "node_rank": rank["node_rank"],
+    }
+
+
+def _public_run(row: dict[str, Any]) -> RunModel:
+    return {
+        "id": row["id"],
+        "name": row["name"],
+        "cluster_id": row["cluster_id"],
+        "state": row["state"],
+        "started": row["started"],
+        "ended": row["ended"],
+        "steps": row["steps"],
+        "error": row["error"],
+    }
 
 
 def _cluster_file(row: dict[str, Any]) -> Path:
@@ -403,7 +456,7 @@ async def _act(row: dict[str, Any], action: str) -> None:
         _release_waiters(cluster)
 
 
-def _load_cluster(row: dict[str, Any]) -> Cluster:
+def _load_cluster(row: dict[str, Any]) -> Any:
     """The ipyparallel cluster of *row*, rebuilt from its cluster file."""
     from ipyparallel import Cluster
 
@@ -433,7 +486,7 @@ def _load_cluster(row: dict[str, Any]) -> Cluster:
         ) from e
 
 
-def _release_waiters(cluster: Cluster) -> None:
+def _release_waiters(cluster: Any) -> None:
     # Loading a cluster starts one thread per process that waits for its exit; after an
     # interrupt the processes live on, and those threads would outlive the request. They
     # check this event every poll_seconds (_launcher_config).
