@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..cluster.engines.base import BatchDefaults
 from . import sbatch as sbatch_file
 from . import script as script_file
 from .script import ExportError, Part, Plan
@@ -189,12 +190,9 @@ def _batch(
     target: Path,
     store: str,
 ) -> sbatch_file.Batch:
-    slurm = getattr(cluster, "launcher", "local") == "slurm"
-    nodes = options.nodes or (getattr(cluster, "nodes", None) if slurm else None) or 1
-    gpus = options.gpus_per_node
-    if gpus is None:
-        local_gpus = len(getattr(cluster, "gpus", ()) or ())
-        gpus = getattr(cluster, "gpus_per_node", 0) if slurm else local_gpus
+    given = cluster.engines.batch_defaults(cluster) if cluster else BatchDefaults()
+    nodes = options.nodes or given.nodes or 1
+    gpus = options.gpus_per_node if options.gpus_per_node is not None else given.gpus_per_node
     if engines.backend == "nccl" and not gpus:
         raise ExportError("the notebook's ranks use nccl (GPUs): give --gpus-per-node G")
     n = len(engines.pids) or 1
@@ -208,15 +206,10 @@ def _batch(
         nodes=nodes,
         procs_per_node=procs,
         gpus_per_node=gpus or 0,
-        partition=_given(options.partition, cluster, "partition", slurm),
-        time_limit=_given(options.time_limit, cluster, "time_limit", slurm),
-        account=_given(options.account, cluster, "account", slurm),
+        partition=options.partition or given.partition,
+        time_limit=options.time_limit or given.time_limit,
+        account=options.account or given.account,
     )
-
-
-def _given(value: str | None, cluster: ClusterSpec | None, field: str, slurm: bool) -> str:
-    """The flag's value, else the Slurm cluster's own setting, else none."""
-    return str(value or (getattr(cluster, field, "") if slurm else "") or "")
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:

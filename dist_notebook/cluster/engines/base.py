@@ -41,6 +41,19 @@ class ScalePlan:
     target: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BatchDefaults:
+    """What an exported batch job takes from the notebook's cluster where no flag says:
+    its node count (None: one, or the flag's), GPUs per node and the scheduler's own
+    settings (empty outside Slurm)."""
+
+    nodes: int | None = None
+    gpus_per_node: int = 0
+    partition: str = ""
+    time_limit: str = ""
+    account: str = ""
+
+
 @dataclass
 class Resized:
     """The engines after a resize, for their placement: *ids* (kept ones first), the
@@ -138,6 +151,11 @@ class EnginesStrategy(ABC):
     def sync_hosts(self, spec: Any) -> list[str]:
         """The hosts ``%dist_sync`` copies a folder to (SyncError where it cannot)."""
         return [host for host, count in spec.hosts if count > 0]
+
+    def batch_defaults(self, spec: Any) -> BatchDefaults:
+        """What ``%dist_export --batch`` takes from this cluster (its GPUs: the ranks'
+        devices of this machine's or the hosts' cluster)."""
+        return BatchDefaults(gpus_per_node=len(spec.gpus or ()))
 
     def stacks_refusal(self) -> str | None:
         """Why the ranks' stacks cannot be collected from this kernel, or None."""

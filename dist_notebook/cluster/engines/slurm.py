@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from .base import Start
+from .base import BatchDefaults, Start
 from .remote import RemoteEngines
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # MINUTES, H:MM:SS, D-HH:MM ...
@@ -91,6 +91,16 @@ class SlurmEngines(RemoteEngines):
 
     def grow_where(self, grow: dict[str, int]) -> str:
         return "in a new Slurm job"
+
+    def batch_defaults(self, spec: Any) -> BatchDefaults:
+        """A Slurm cluster's job as the batch job's: its nodes, GPUs and settings."""
+        return BatchDefaults(
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            partition=spec.partition,
+            time_limit=spec.time_limit,
+            account=spec.account,
+        )
 
     def sync_hosts(self, spec: Any) -> list[str]:
         from ..sync import SyncError
