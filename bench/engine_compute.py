@@ -8,7 +8,7 @@ block in rotating order:
 
 - **engine**: a rank of a one-rank cluster started by ``DistCluster`` with the fork server
   off, so the engine is spawned as remote launchers spawn theirs (``python -m
-  dist_notebook.engine.boot``), with its threads (IOPub, control, heart, output pipes);
+  dist_notebook.boot.engine``), with its threads (IOPub, control, heart, output pipes);
 - **plain** and **plain2**: two plain ``python`` processes holding the same loop, fed
   block sizes on stdin. plain2 / plain is the A/A control: how far two identical
   processes differ on this machine, the noise any engine / plain ratio must beat.
@@ -103,7 +103,7 @@ def main() -> None:
     os.environ["DIST_NOTEBOOK_FORKSERVER"] = "0"  # spawned, as over ssh, Slurm or MPI
     common.use_scratch_store()
     from dist_notebook import ClusterSpec, DistCluster
-    from dist_notebook.cluster.execute import apply_on_ranks, run_on_ranks
+    from dist_notebook.cluster.onranks.execute import apply_on_ranks, run_on_ranks
 
     cluster = DistCluster(ClusterSpec(n=1, threads=1))
     plains = {"plain": Plain(), "plain2": Plain()}

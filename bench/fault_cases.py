@@ -184,7 +184,7 @@ class Issue12:
 
     def replaced_three_times(self) -> None:
         """Rank 1 SIGKILLed and replaced three times, a DDP model kept on rank 0."""
-        from dist_notebook.cluster.execute import run_on_ranks
+        from dist_notebook.cluster.onranks.execute import run_on_ranks
 
         restarts = []
         worked = 0

@@ -101,7 +101,7 @@ class Bench:
 
     def reduce(self) -> float:
         """Seconds for one collective cell (raises if the cluster cannot run it)."""
-        from dist_notebook.cluster.execute import run_on_ranks
+        from dist_notebook.cluster.onranks.execute import run_on_ranks
 
         t0 = time.perf_counter()
         run_on_ranks(self.cluster, ALL_REDUCE, timeout=60)
@@ -184,7 +184,7 @@ class Bench:
             )
 
     def hung_rank(self) -> None:
-        from dist_notebook.cluster.execute import run_on_ranks
+        from dist_notebook.cluster.onranks.execute import run_on_ranks
 
         errors: list[BaseException] = []
 

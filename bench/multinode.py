@@ -212,7 +212,7 @@ def run_plain(hosts: Any, script: Path, steps: int, ssh_config: str) -> dict[str
 
 def run_ours(hosts: Any, steps: int) -> dict[str, float]:
     from dist_notebook import ClusterSpec, DistCluster
-    from dist_notebook.cluster.execute import apply_on_ranks, run_on_ranks
+    from dist_notebook.cluster.onranks.execute import apply_on_ranks, run_on_ranks
 
     spec = ClusterSpec(
         n=2, launcher="ssh", hosts=(("h1", 1), ("h2", 1)), ip=hosts.gateway, threads=1

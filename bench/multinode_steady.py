@@ -108,7 +108,7 @@ class Remote:
 class Ours:
     def __init__(self, hosts: Any) -> None:
         from dist_notebook import ClusterSpec, DistCluster
-        from dist_notebook.cluster.execute import run_on_ranks
+        from dist_notebook.cluster.onranks.execute import run_on_ranks
 
         spec = ClusterSpec(
             n=2, launcher="ssh", hosts=(("h1", 1), ("h2", 1)), ip=hosts.gateway, threads=1
@@ -118,7 +118,7 @@ class Ours:
         run_on_ranks(self.cluster, multinode.TRAIN + "\n_run = make_trainer()\n_run(0, 20)\n")
 
     def block(self, steps: int) -> dict[str, float]:
-        from dist_notebook.cluster.execute import apply_on_ranks
+        from dist_notebook.cluster.onranks.execute import apply_on_ranks
 
         return dict(apply_on_ranks(self.cluster, _call_block, steps)[0].value)
 

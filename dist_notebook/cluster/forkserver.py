@@ -1,4 +1,4 @@
-"""The kernel's side of the fork server (``engine.forkserver``): start it, ask it for
+"""The kernel's side of the fork server (``boot.forkserver``): start it, ask it for
 engines, learn how they ended.
 
 ``prestart()`` runs at ``%load_ext dist_notebook``: the server imports torch and
@@ -28,7 +28,7 @@ from ..engine.parent import ENV_VAR as PARENT_ENV
 
 log = logging.getLogger("dist_notebook")
 ENV_SWITCH = envvars.FORKSERVER
-SERVER_CMD = [sys.executable, "-u", "-m", "dist_notebook.engine.forkserver"]
+SERVER_CMD = [sys.executable, "-u", "-m", "dist_notebook.boot.forkserver"]
 READY_TIMEOUT = 120.0  # its imports: ~2.3 s on a quiet 2-core machine
 REPLY_TIMEOUT = 10.0
 # The server forks a request only this long before the kernel stops waiting for it: a
@@ -109,7 +109,7 @@ class ForkServer:
 
     # --- requests ------------------------------------------------------------
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, output: str) -> int:
-        """Fork an engine (``engine.boot`` with *argv*) and return its pid."""
+        """Fork an engine (``boot.engine`` with *argv*) and return its pid."""
         if not self.wait_ready():
             raise ForkServerError(self._error or "the fork server is not ready")
         with self._cond:

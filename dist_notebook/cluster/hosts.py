@@ -90,7 +90,7 @@ def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
     The kernel does not know their cores or their local rank counts: the boot module
     works out OMP_NUM_THREADS and LOCAL_WORLD_SIZE on each host (see
     ``engine.rankenv``), and MASTER_ADDR once rank 0's address is known. They get no
-    stack folder: the hang report reads local ranks only (``cluster.stacks``).
+    stack folder: the hang report reads local ranks only (``cluster.onranks.stacks``).
     """
     out = dict(env)
     for name in (

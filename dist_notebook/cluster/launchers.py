@@ -38,8 +38,8 @@ from .. import envvars, privates
 from ..engine.parent import ENV_VAR as PARENT_ENV
 from . import forkserver
 
-ENGINE_CMD = [sys.executable, "-m", "dist_notebook.engine.boot"]
-CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.cluster.controller_boot"]
+ENGINE_CMD = [sys.executable, "-m", "dist_notebook.boot.engine"]
+CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.boot.controller"]
 SSH_CONFIG_ENV = envvars.SSH_CONFIG
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import privates
 from ..engine import collectives
-from .execute import RankError, RankOutput
+from .onranks.execute import RankError, RankOutput
 
 if TYPE_CHECKING:
     from .cluster import DistCluster

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..cluster.execute import OutputSink
+from ..cluster.onranks.execute import OutputSink
 from ..metrics import RunMetrics
 from ..protocol import ACTIVE_RUN_STATES, RunState
 from ..store import StoreError, StoreReader

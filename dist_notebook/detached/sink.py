@@ -22,7 +22,7 @@ TAIL_LINES = 20  # each rank's last lines, for the run's tab in the panel (as a 
 
 
 class StoreOutputSink:
-    """An OutputSink (cluster/execute.py) that writes each piece as a ``stream`` event."""
+    """An OutputSink (cluster/onranks/execute.py) that writes each piece as a ``stream`` event."""
 
     def __init__(self, writer: StoreWriter | None, run_id: str) -> None:
         self.writer = writer

@@ -23,7 +23,7 @@ from IPython.core.error import UsageError
 
 from .. import privates
 from ..cluster import ClusterState
-from ..cluster.execute import PROMPTS, apply_on_ranks, view_of
+from ..cluster.onranks.execute import PROMPTS, apply_on_ranks, view_of
 from ..engine import breakpoints as rank_breakpoints
 from .args import parse_words, parser_of, split_words
 from .complete import rank_of_cell

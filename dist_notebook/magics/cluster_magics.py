@@ -16,7 +16,7 @@ from IPython.display import display
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
 from ..cluster.engines import strategy_for
-from ..cluster.transfer import warm_up
+from ..cluster.onranks.transfer import warm_up
 from ..detached.attached import AttachedCluster, start_detached
 from .args import (
     HELP,
@@ -325,7 +325,7 @@ class ClusterMagics(Magics):
 
     def _stacks(self, args: Any) -> None:
         """The hang report: every rank's Python stack now (nothing is interrupted)."""
-        from ..cluster.stacks import collect_stacks
+        from ..cluster.onranks.stacks import collect_stacks
         from . import stacks_report
 
         cluster = self.session.cluster

@@ -23,7 +23,7 @@ from typing import Any
 from IPython.core.completer import CompletionContext, SimpleCompletion, context_matcher
 
 from ..cluster import ClusterState
-from ..cluster.execute import apply_on_ranks, view_of
+from ..cluster.onranks.execute import apply_on_ranks, view_of
 from ..engine import introspect
 from .session import Session
 

@@ -11,10 +11,10 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, no_
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
-from ..cluster.execute import RankError, run_on_ranks
-from ..cluster.scripts import run_script
-from ..cluster.tracebacks import render
-from ..cluster.transfer import pull, push
+from ..cluster.onranks.execute import RankError, run_on_ranks
+from ..cluster.onranks.scripts import run_script
+from ..cluster.onranks.tracebacks import render
+from ..cluster.onranks.transfer import pull, push
 from .args import (
     HELP,
     check_ranks,

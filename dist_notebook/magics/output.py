@@ -21,7 +21,7 @@ from typing import Any
 
 from IPython.display import display, publish_display_data
 
-from ..cluster.tracebacks import rank_label, rank_set
+from ..cluster.onranks.tracebacks import rank_label, rank_set
 from .folding import Folder, Group
 
 __all__ = ["FoldingPrinter", "LabelledPrinter", "rank_label", "rank_set"]

@@ -11,7 +11,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
-from ..cluster.execute import apply_on_ranks
+from ..cluster.onranks.execute import apply_on_ranks
 from ..cluster.sync import SyncError, sync
 from ..engine import reload
 from .args import HELP, help_text, parse

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..cluster.tracebacks import rank_label
+from ..cluster.onranks.tracebacks import rank_label
 
 _HEADER = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 # A cell's code as the rank's IPython names it (its pid in the path): the same cell on

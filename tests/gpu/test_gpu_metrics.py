@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
-from dist_notebook.cluster.transfer import pull
+from dist_notebook.cluster.onranks.transfer import pull
 from dist_notebook.training import RunSpec, TrainingRun
 
 pytestmark = pytest.mark.timeout(240)

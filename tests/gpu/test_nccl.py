@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
-from dist_notebook.cluster.execute import run_on_ranks
-from dist_notebook.cluster.transfer import pull
+from dist_notebook.cluster.onranks.execute import run_on_ranks
+from dist_notebook.cluster.onranks.transfer import pull
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,4 +1,4 @@
-"""What our engine entry point (engine/boot.py) changes in ipyparallel's engine."""
+"""What our engine entry point (boot/engine.py) changes in ipyparallel's engine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dist_notebook.cluster.execute import run_on_ranks
+from dist_notebook.cluster.onranks.execute import run_on_ranks
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.execute import RankError, run_on_ranks
+from dist_notebook.cluster.onranks.execute import RankError, run_on_ranks
 
 pytestmark = pytest.mark.timeout(60)
 

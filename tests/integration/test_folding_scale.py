@@ -8,7 +8,7 @@ machine cannot split a fold: the test is of what folds, tests/magics/test_foldin
 of the default wait. At 64 ranks on a 2-core machine: 113 s for the whole module, start
 (18-25 s) included. Under a load of 70-110 (other suites beside it) the first cells' output
 of some ranks came more than 2 s after their replies, later than the kernel waits for it
-(``ar.wait_for_output(2)`` in cluster/execute.py), and was lost, folded or not: these
+(``ar.wait_for_output(2)`` in cluster/onranks/execute.py), and was lost, folded or not: these
 tests then fail, rightly.
 """
 
@@ -22,8 +22,8 @@ import pytest
 from conftest import session_of
 
 from dist_notebook import ClusterSpec, DistCluster
-from dist_notebook.cluster.execute import RankError
-from dist_notebook.cluster.tracebacks import rank_set
+from dist_notebook.cluster.onranks.execute import RankError
+from dist_notebook.cluster.onranks.tracebacks import rank_set
 from dist_notebook.magics import folding
 
 pytestmark = pytest.mark.timeout(600)

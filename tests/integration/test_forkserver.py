@@ -21,7 +21,7 @@ import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
 from dist_notebook.cluster import forkserver
-from dist_notebook.cluster.execute import run_on_ranks
+from dist_notebook.cluster.onranks.execute import run_on_ranks
 
 from .procs import kill_all, wait_gone
 
@@ -84,7 +84,7 @@ def test_engines_are_forked_with_their_own_state(
         assert g["cuda"] == ""  # CPU ranks hide GPUs: the launcher's environment
         assert g["cwd"] == os.getcwd() and g["cwd"] in g["path"]  # as ``python -m`` here
         assert g["comm"] == "dist-engine"
-        # What the server imported is out of the collector's sight (engine/forkserver.py).
+        # What the server imported is out of the collector's sight (boot/forkserver.py).
         assert g["frozen"] > 100_000
     assert got[0]["np"] != got[1]["np"], "numpy's random state is shared across ranks"
     assert values(forked, ALL_REDUCE) == [2.0, 2.0]
@@ -99,9 +99,9 @@ def test_a_killed_engine_reports_its_signal(forked: DistCluster) -> None:
 
 
 def spawned_engine(cluster: DistCluster) -> bool:
-    """Every rank runs ``engine.boot`` as its own command (not forked)."""
+    """Every rank runs ``boot.engine`` as its own command (not forked)."""
     return all(
-        "dist_notebook.engine.boot" in psutil.Process(r.pid).cmdline() for r in cluster.ranks
+        "dist_notebook.boot.engine" in psutil.Process(r.pid).cmdline() for r in cluster.ranks
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
 from dist_notebook.cluster import ClusterState
-from dist_notebook.cluster.execute import run_on_ranks
+from dist_notebook.cluster.onranks.execute import run_on_ranks
 from dist_notebook.cluster.spec import ClusterConfigError
 
 from .procs import alive, cluster_pids, kill_all, wait_gone

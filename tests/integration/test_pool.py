@@ -11,7 +11,7 @@ import pytest
 
 from dist_notebook import ClusterSpec
 from dist_notebook.cluster import pool
-from dist_notebook.cluster.execute import run_on_ranks
+from dist_notebook.cluster.onranks.execute import run_on_ranks
 from dist_notebook.store.reader import StoreReader
 
 pytestmark = pytest.mark.timeout(300)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.transfer import pull, push
+from dist_notebook.cluster.onranks.transfer import pull, push
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,7 +48,7 @@ def test_push_and_pull_with_the_api_on_some_ranks(cluster2: Any) -> None:
 
 
 def test_pull_of_an_unknown_name_names_the_rank(shell: Any, cluster2: Any) -> None:
-    from dist_notebook.cluster.execute import RankError
+    from dist_notebook.cluster.onranks.execute import RankError
 
     with pytest.raises(RankError, match="rank 0 raised NameError"):
         shell.run_line_magic("dist_pull", "no_such_name_anywhere")
@@ -86,7 +86,7 @@ def test_pull_an_instance_of_a_class_defined_with_dist(shell: Any, cluster2: Any
 
 
 def test_pull_of_a_value_that_cannot_travel_says_so(shell: Any, cluster2: Any) -> None:
-    from dist_notebook.cluster.execute import RankError
+    from dist_notebook.cluster.onranks.execute import RankError
 
     shell.run_cell_magic("dist", "", "import threading\nlock = threading.Lock()\n")
     with pytest.raises(RankError, match="cannot be sent to the notebook.*pull plain data"):
@@ -94,7 +94,7 @@ def test_pull_of_a_value_that_cannot_travel_says_so(shell: Any, cluster2: Any) -
 
 
 def test_pull_of_a_value_the_kernel_cannot_rebuild_says_so(shell: Any, cluster2: Any) -> None:
-    from dist_notebook.cluster.transfer import PullError
+    from dist_notebook.cluster.onranks.transfer import PullError
 
     # A module that exists on the ranks only: its objects pickle by reference.
     shell.run_cell_magic(

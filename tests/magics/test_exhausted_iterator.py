@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.training.iterators import FIX, ended_by_stop
 
 pytestmark = pytest.mark.timeout(120)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.magics import folding
 
 pytestmark = pytest.mark.timeout(120)

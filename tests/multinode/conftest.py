@@ -95,7 +95,7 @@ def engines_on(host: Host) -> list[Any]:
     out = []
     for p in host.processes():
         try:
-            if "dist_notebook.engine.boot" in " ".join(p.cmdline()):
+            if "dist_notebook.boot.engine" in " ".join(p.cmdline()):
                 out.append(p)
         except psutil.NoSuchProcess:
             continue  # gone between listing and reading: not an engine now

@@ -31,7 +31,7 @@ from ranklines import printed_by
 from training.conftest import TRAIN_CELL
 
 from dist_notebook import load_run
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.store import StoreReader
 
 from .conftest import ORPHAN_BOUND_S, engines_on, left_on, nothing_left, wait_for

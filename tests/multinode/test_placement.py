@@ -140,7 +140,7 @@ def test_slurm_job_asks_for_nodes_gpus_partition_time_account() -> None:
         "#SBATCH --partition=gpu",
         "#SBATCH --time=1:00:00",
         "#SBATCH --account=proj",
-        "dist_notebook.engine.boot",
+        "dist_notebook.boot.engine",
     ):
         assert line in script, script
 

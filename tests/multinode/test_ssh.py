@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from dist_notebook.cluster.stacks import StacksError, collect_stacks
+from dist_notebook.cluster.onranks.stacks import StacksError, collect_stacks
 
 from . import scenarios as s
 from .conftest import engines_on, wait_for

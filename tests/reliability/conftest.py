@@ -70,7 +70,7 @@ def pids_of(cluster: Any) -> list[int]:
 
 
 def reduce_sum(cluster: Any) -> list[str]:
-    from dist_notebook.cluster.execute import run_on_ranks
+    from dist_notebook.cluster.onranks.execute import run_on_ranks
 
     return [o.stdout for o in run_on_ranks(cluster, ALL_REDUCE, timeout=30)]
 

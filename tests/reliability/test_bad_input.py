@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from ranklines import printed_starting
 
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.magics import cluster_magics
 
 from .conftest import reduce_sum, session_of

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 
 from .conftest import kill_all, pids_of, reduce_sum, session_of, wait_gone
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from IPython.core.error import UsageError
 
-from dist_notebook.cluster.execute import RankError, run_on_ranks
+from dist_notebook.cluster.onranks.execute import RankError, run_on_ranks
 from dist_notebook.store import StoreReader
 
 from .conftest import reduce_sum

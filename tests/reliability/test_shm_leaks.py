@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.engine import shm
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,7 +21,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from dist_notebook import load_run
-from dist_notebook.cluster.execute import RankError
+from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.display.live import FLUSH_EVERY
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreReader

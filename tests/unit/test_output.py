@@ -8,7 +8,7 @@ import time
 import pytest
 
 from dist_notebook.cluster.cluster import RankInfo
-from dist_notebook.cluster.execute import RankOutput
+from dist_notebook.cluster.onranks.execute import RankOutput
 from dist_notebook.magics.folding import Folder, Group
 from dist_notebook.magics.output import (
     FoldingPrinter,

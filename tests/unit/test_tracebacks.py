@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ipyparallel.error import RemoteError
 
-from dist_notebook.cluster.execute import RankError, RankOutput
-from dist_notebook.cluster.tracebacks import render, renumber
+from dist_notebook.cluster.onranks.execute import RankError, RankOutput
+from dist_notebook.cluster.onranks.tracebacks import render, renumber
 
 TB = "Traceback (most recent call last):\n  Cell In[1], line 3\nValueError: bad batch\n"
 
@@ -133,7 +133,8 @@ def test_rendered_traceback_outside_a_cell_has_no_engine_number() -> None:
 def test_the_cell_number_comes_from_the_running_cell(shell: object) -> None:
     # In the shell's own cell: IPython 9 has already advanced execution_count past it.
     result = shell.run_cell(  # type: ignore[attr-defined]
-        "from dist_notebook.cluster.tracebacks import notebook_cell\nseen = notebook_cell()",
+        "from dist_notebook.cluster.onranks.tracebacks import notebook_cell\n"
+        "seen = notebook_cell()",
         store_history=True,
     )
     assert shell.user_ns["seen"] == result.execution_count  # type: ignore[attr-defined]
