@@ -9,6 +9,8 @@ tens of milliseconds.
 Once no request has come for a second (30 s once it has forked engines, which are then
 starting), it also imports what the first training cell would wait for (torch._dynamo,
 which DDP's constructor imports: 1-2 s more), so engines forked after that have it too.
+A start of many ranks (``cluster.forkserver.warm_first``) asks for it before its first
+fork instead: done once here, it is not done again by every engine after the start.
 
 Protocol (JSON lines). The kernel writes requests on our stdin::
 
@@ -16,7 +18,9 @@ Protocol (JSON lines). The kernel writes requests on our stdin::
 
 and reads from our stdout ``{"ready": true}`` once (or ``{"error": "..."}`` and we exit),
 then ``{"id": 1, "pid": 1234}`` (or ``{"id": 1, "error": "..."}``) per request, and
-``{"exit": 1234, "code": -9}`` when a forked engine ends (negative: the signal).
+``{"exit": 1234, "code": -9}`` when a forked engine ends (negative: the signal). Before
+forking many engines the kernel writes ``{"warm": true}``: we do the warm imports below
+now (if not done yet) and answer ``{"warmed": true}``.
 
 Rules that make forking safe here: this process starts no thread of its own and runs
 no torch operation (no OpenMP pool, no CUDA context) before it forks (numpy's OpenBLAS
@@ -84,6 +88,14 @@ def _warm() -> None:
     from .. import privates
 
     privates.import_dynamo()
+
+
+def _warm_now() -> None:
+    try:
+        _warm()
+        gc.freeze()
+    except Exception as e:  # an optimisation only: engines import it later
+        print(f"dist-notebook fork server: warm imports failed: {e}", file=sys.stderr)
 
 
 def _send(out: int, message: dict[str, Any]) -> None:
@@ -215,11 +227,7 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
             idle = time.monotonic() - last_request
             if not warmed and idle > (IDLE_BEFORE_WARM if not forked else IDLE_AFTER_FORKS):
                 warmed = True
-                try:
-                    _warm()
-                    gc.freeze()
-                except Exception as e:  # an optimisation only: engines import it later
-                    print(f"dist-notebook fork server: warm imports failed: {e}", file=sys.stderr)
+                _warm_now()
             continue
         last_request = time.monotonic()
         forked = True
@@ -230,6 +238,13 @@ def serve(inp: int, out: int, parent: int | None = None) -> None:
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
+            if "warm" in request:
+                # The kernel asks before forking many engines (cluster.forkserver.warm_first).
+                if not warmed:
+                    warmed = True
+                    _warm_now()
+                _send(out, {"warmed": True})
+                continue
             if time.time() > request.get("deadline", float("inf")):
                 # The kernel stopped waiting (and spawns this engine itself): never fork it.
                 _send(out, {"id": request.get("id"), "error": "the kernel gave up on it"})

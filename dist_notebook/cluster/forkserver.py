@@ -34,6 +34,12 @@ REPLY_TIMEOUT = 10.0
 # The server forks a request only this long before the kernel stops waiting for it: a
 # request the kernel gave up on (it spawns that engine instead) is never forked later.
 FORK_MARGIN_S = 1.0
+# A start of at least this many local ranks per core has the server do its warm imports
+# (torch._dynamo for DDP, ``boot.forkserver._warm``: 1-2 CPU-s, once) before its first
+# fork, so every engine has them in shared pages. Otherwise each engine imports them
+# after the start (``engine.group._warm_after_start``): 64 ranks on 2 cores burned about
+# 100 CPU-s that way, slowing the first cells for most of a minute.
+WARM_FIRST_RANKS_PER_CORE = 4
 
 
 class ForkServerError(RuntimeError):
@@ -63,6 +69,7 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self._next_id = 0
         self._abandoned: set[int] = set()
+        self._warmed = False
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(
             target=self._read, name="dist-notebook-forkserver", daemon=True
@@ -80,6 +87,8 @@ class ForkServer:
             with self._cond:
                 if "ready" in message:
                     self._ready = True
+                elif "warmed" in message:
+                    self._warmed = True
                 elif "exit" in message:
                     self._exits[int(message["exit"])] = int(message["code"])
                 elif "id" in message:
@@ -112,6 +121,8 @@ class ForkServer:
         """Fork an engine (``boot.engine`` with *argv*) and return its pid."""
         if not self.wait_ready():
             raise ForkServerError(self._error or "the fork server is not ready")
+        if warm_first(env):
+            self.warm()
         with self._cond:
             self._next_id += 1
             request_id = self._next_id
@@ -143,6 +154,28 @@ class ForkServer:
             why = (reply or {}).get("error") or self._error or "no reply"
             raise ForkServerError(f"the fork server did not start the engine: {why}")
         return int(reply["pid"])
+
+    def warm(self, timeout: float = READY_TIMEOUT) -> bool:
+        """Have the server do its warm imports now (at once if it has them); True once
+        it has. A server that does not answer in time leaves its engines to import them."""
+        with self._cond:
+            if self._warmed:
+                return True
+        assert self.proc.stdin is not None
+        try:
+            with self._write_lock:
+                self.proc.stdin.write(b'{"warm": true}\n')
+                self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            return False
+        with self._cond:
+            self._cond.wait_for(lambda: self._warmed or self._closed, timeout)
+            if not self._warmed:
+                # Asked once: the engines import it themselves (a slower first cell only).
+                self._warmed = True
+                log.info("fork server: no warm imports within %.0f s", timeout)
+                return False
+            return True
 
     def _end_stray(self, request_id: int, message: dict[str, Any]) -> None:
         """A reply to a request the kernel gave up on: the engine it forked (if it did)
@@ -180,6 +213,16 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait(timeout)
         self._reader.join(timeout)
+
+
+def warm_first(env: dict[str, str]) -> bool:
+    """Whether an engine of *env*'s cluster should be forked only after the warm
+    imports: its world has WARM_FIRST_RANKS_PER_CORE ranks or more per core."""
+    try:
+        ranks = int(env.get(envvars.WORLD_SIZE, "0"))
+    except ValueError:
+        return False
+    return ranks >= WARM_FIRST_RANKS_PER_CORE * (os.cpu_count() or 1)
 
 
 _lock = threading.Lock()

@@ -234,3 +234,39 @@ ENGINE_WAITING = [
     "--IPEngine.url_file=/nonexistent/ipcontroller-engine.json",
     "--IPEngine.wait_for_url_file=30",
 ]
+
+
+def test_a_many_rank_start_has_the_server_warm_before_its_first_fork(
+    server: forkserver.ForkServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At WARM_FIRST_RANKS_PER_CORE ranks a core or more, spawn() asks the server for its
+    warm imports first (once), so the engines do not each import them after the start."""
+    cores = os.cpu_count() or 1
+    many = {"DIST_NOTEBOOK_WORLD_SIZE": str(forkserver.WARM_FIRST_RANKS_PER_CORE * cores)}
+    few = {"DIST_NOTEBOOK_WORLD_SIZE": str(forkserver.WARM_FIRST_RANKS_PER_CORE * cores - 1)}
+    assert forkserver.warm_first(many) and not forkserver.warm_first(few)
+    assert not forkserver.warm_first({})
+    assert not forkserver.warm_first({"DIST_NOTEBOOK_WORLD_SIZE": "x"})
+
+    fresh = forkserver.ForkServer()
+    try:
+        assert fresh.wait_ready(), fresh._error
+        asked = []
+        real_warm = fresh.warm
+
+        def warm(timeout: float = forkserver.READY_TIMEOUT) -> bool:
+            asked.append(timeout)
+            return real_warm(timeout)
+
+        monkeypatch.setattr(fresh, "warm", warm)
+        env = dict(os.environ)
+        fresh.spawn(ENGINE_WAITING, {**env, **few}, os.getcwd(), os.devnull)
+        assert asked == [] and not fresh._warmed
+        fresh.spawn(ENGINE_WAITING, {**env, **many}, os.getcwd(), os.devnull)
+        assert len(asked) == 1 and fresh._warmed  # the server answered "warmed"
+        fresh.spawn(ENGINE_WAITING, {**env, **many}, os.getcwd(), os.devnull)
+        assert fresh.warm() is True  # once warmed, at once: nothing is sent again
+    finally:
+        children = [p.pid for p in psutil.Process(fresh.pid).children()]
+        fresh.close()
+        kill_all(wait_gone(children, 10))
