@@ -2,7 +2,8 @@
 
     cluster = DistCluster(ClusterSpec(n=2))      # CPU ranks with gloo
     cluster.start_sync()                         # or: await cluster.start()
-    cluster.execute("print(rank, world_size)")
+    for out in run_on_ranks(cluster, "print(rank, world_size)"):  # onranks.execute
+        print(out.rank, out.stdout)
     cluster.stop_sync()                          # idempotent; also runs at exit
 
 States (``ClusterState``): new -> starting -> ready; ready -> restarting -> ready;
@@ -654,7 +655,7 @@ class DistCluster:
             tree = reap.process_tree(self.local_pids())
             # Engines first, the controller last: until it stops, a kernel killed in the
             # middle of a slow stop (Jupyter's shutdown waits 5 s) still has the
-            # controller's own clean-up (controller_boot) remove the files.
+            # controller's own clean-up (boot/controller.py) remove the files.
             try:
                 # ipyparallel stops engines one after the other, waiting for each to exit
                 # (~3 s each with torch loaded); signalled together they exit in parallel.

@@ -17,7 +17,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
-from ..cluster.execute import RankError, apply_on_ranks
+from ..cluster.onranks.execute import RankError, apply_on_ranks
 from ..engine import debug as rank_debug
 from .args import HELP, check_ranks, help_text, parse
 from .session import Session

@@ -14,8 +14,8 @@ import re
 from typing import TYPE_CHECKING
 
 from ..cluster import ClusterError
-from ..cluster.execute import RankError
-from ..cluster.transfer import pull
+from ..cluster.onranks.execute import RankError
+from ..cluster.onranks.transfer import pull
 
 if TYPE_CHECKING:
     from ..cluster.cluster import DistCluster

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..cluster import ClusterError
-from ..cluster.execute import OutputSink, RankError, RankOutput, apply_on_ranks, run_on_ranks
+from ..cluster.onranks.execute import (
+    OutputSink,
+    RankError,
+    RankOutput,
+    apply_on_ranks,
+    run_on_ranks,
+)
 from ..engine import training as engine_training
 from ..export import EXPORT_EVENT, FLAGS_EVENT, LiveExports, RunInfo, flags_json, flags_of
 from ..export import check as check_exports

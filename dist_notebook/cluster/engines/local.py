@@ -48,7 +48,7 @@ class LocalEngines(EnginesStrategy):
 
     def engine_args(self, spec: Any) -> list[str]:
         # No nanny process per engine: the engine answers signals itself
-        # (engine/boot.py) and the kernel sees a local engine's exit directly.
+        # (boot/engine.py) and the kernel sees a local engine's exit directly.
         return ["--IPEngine.enable_nanny=False"]
 
     def sync_hosts(self, spec: Any) -> list[str]:
