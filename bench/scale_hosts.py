@@ -50,6 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 from common import fmt, md_table  # noqa: E402
 
+# DDP over a 2-layer MLP, report() each step: the training tests' own cell.
+from tests.training.conftest import TRAIN_CELL as TRAIN  # noqa: E402
+
 ALL_REDUCE = (
     "import torch, torch.distributed as dist\n"
     "t = torch.ones(1)\n"
@@ -58,25 +61,6 @@ ALL_REDUCE = (
     "import dist_notebook\n"
     "_bench_code = dist_notebook.__file__\n"
 )
-# As tests/training/conftest.py's TRAIN_CELL: DDP over a 2-layer MLP, report() each step.
-TRAIN = """
-import torch, torch.nn as nn, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-from dist_notebook import report
-
-torch.manual_seed(0)
-model = DDP(nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1)))
-opt = torch.optim.SGD(model.parameters(), lr=0.05)
-gen = torch.Generator().manual_seed(100 + dist.get_rank())
-w = torch.randn(8, 1, generator=torch.Generator().manual_seed(1))
-for i in range({steps}):
-    x = torch.randn(32, 8, generator=gen)
-    loss = ((model(x) - x @ w) ** 2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    report(step=i, loss=loss, samples=32)
-"""
 # Slurm's nodes here have this machine's cores (2): 8 tasks a node need --overcommit,
 # which Slurm (22.05) refuses beside --ntasks-per-node ("Requested node configuration is
 # not available"); --ntasks with --nodes alone spreads them evenly (placement checked).
