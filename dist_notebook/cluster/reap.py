@@ -35,6 +35,21 @@ def process_tree(pids: Iterable[int]) -> list[psutil.Process]:
     return list(found.values())
 
 
+def created_before(pids: Iterable[int], last: float) -> list[int]:
+    """Those of *pids* whose process was created before *last* (epoch seconds): pids
+    read back from a file, whose processes may have ended and their numbers gone to
+    processes started since."""
+    kept = []
+    for pid in pids:
+        try:
+            created = psutil.Process(pid).create_time()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+            continue
+        if created <= last:
+            kept.append(pid)
+    return kept
+
+
 def running(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     """Those of *procs* still running (a zombie counts as ended)."""
     left = []

@@ -12,12 +12,14 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import Iterator
+import socket
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
 from .. import privates
+from ..cluster import reap
 from ..contracts import (
     ActionReply,
     ClusterAction,
@@ -264,7 +266,9 @@ class RunStoreManager:
         # A failed cluster's kernel still owns it (it may restart it): through it too.
         if _has_owner(row) and row["state"] not in ("stopped", "orphaned"):
             return await self._through_owner(row, "stop")
-        await asyncio.to_thread(_act_in_thread, row, "stop")
+        with self._reader() as reader:
+            ranks = reader.ranks(cluster_id) if reader is not None else []
+        await asyncio.to_thread(_act_in_thread, row, "stop", ranks)
         reply: ActionReply = {
             "id": cluster_id,
             "action": "stop",
@@ -430,16 +434,16 @@ def _cluster_file(row: dict[str, Any]) -> Path:
     return Path(probe.cluster_file)
 
 
-def _act_in_thread(row: dict[str, Any], action: str) -> None:
+def _act_in_thread(row: dict[str, Any], action: str, ranks: Sequence[dict[str, Any]] = ()) -> None:
     """Load the cluster from its file and act on it, in a worker thread with its own loop.
 
     ipyparallel's stop waits for processes with a blocking thread join, which must not
     stall the server's event loop.
     """
-    asyncio.run(_act(row, action))
+    asyncio.run(_act(row, action, ranks))
 
 
-async def _act(row: dict[str, Any], action: str) -> None:
+async def _act(row: dict[str, Any], action: str, ranks: Sequence[dict[str, Any]]) -> None:
     cluster = _load_cluster(row)
     try:
         if action == "interrupt":
@@ -447,13 +451,42 @@ async def _act(row: dict[str, Any], action: str) -> None:
                 raise ClusterUnreachableError(f"cluster {row['id']!r} has no running engines")
             await cluster.signal_engines(signal.SIGINT)
         else:
-            await cluster.stop_cluster()
+            await _stop(cluster, row, ranks)
     except ClusterUnreachableError:
         raise
     except Exception as e:  # a launcher's own error, of any type: report it, do not crash
         raise ClusterActionError(f"{action} of cluster {row['id']!r} failed: {e}") from e
     finally:
         _release_waiters(cluster)
+
+
+async def _stop(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any]]) -> None:
+    """Stop a cluster whose kernel is gone as its kernel would (``DistCluster``'s
+    teardown): ipyparallel's stop, then the rest of the process tree of its processes on
+    this machine (the controller's schedulers, engines' children) and its files."""
+    tree = reap.process_tree(_local_pids(cluster, row, ranks))
+    await cluster.stop_cluster()
+    left = reap.reap(tree, 2.0)
+    if left:
+        log.warning("processes of cluster %s could not be ended: %s", row["id"], left)
+    reap.remove_files(reap.cluster_files(row["profile_dir"], cluster.cluster_id))
+
+
+def _local_pids(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any]]) -> list[int]:
+    """The pids of the cluster's processes on this machine that are still its own: the
+    controller's (from the cluster file) and the ranks' recorded on this host, each
+    created before the file's last write (a pid read back may belong to another process
+    by now)."""
+    from ipyparallel.cluster.launcher import LocalControllerLauncher
+
+    pids = []
+    controller = cluster.controller
+    if isinstance(controller, LocalControllerLauncher) and controller.pid > 0:
+        pids.append(controller.pid)
+    here = {socket.gethostname(), "localhost"}
+    pids += [r["pid"] for r in ranks if r.get("pid") and r.get("host") in here]
+    written = _cluster_file(row).stat().st_mtime
+    return reap.created_before(pids, written + 1.0)
 
 
 def _load_cluster(row: dict[str, Any]) -> Any:

@@ -45,6 +45,37 @@ async def test_stop_ends_the_engines(jp_fetch, live_cluster):
     assert (await post(jp_fetch, live_cluster.id, "stop"))["state"] == "stopped"
 
 
+def _start_child() -> int:
+    import subprocess
+
+    return subprocess.Popen(["sleep", "300"], start_new_session=False).pid
+
+
+async def test_stop_with_the_kernel_gone_leaves_no_process_of_the_tree(jp_fetch, live_cluster):
+    # What a cell started on a rank (a data loader's worker, a shell command) is the
+    # engine's child: ipyparallel's stop ends the engine only; the kernel's teardown and
+    # the server's stop end the whole tree.
+    children = live_cluster.client[:].apply_sync(_start_child)
+    controller = psutil.Process(live_cluster.cluster.controller.pid)
+    tree = [controller, *controller.children(recursive=True)]
+    tree += [psutil.Process(pid) for pid in [*live_cluster.pids, *children]]
+    assert all(p.is_running() for p in tree)
+    reply = await post(jp_fetch, live_cluster.id, "stop")
+    assert reply["via"] == "server", reply
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    left = [f"{p.pid} {p.name()}" for p in tree if _alive(p)]
+    assert not left, f"left running after the server's stop: {left}"
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 async def test_interrupt_raises_keyboardinterrupt_in_the_running_cell(
     jp_fetch, live_cluster, tmp_path
 ):
