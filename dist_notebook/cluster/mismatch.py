@@ -98,7 +98,6 @@ class Watch:
         self.next_look = self.started + BUSY_FIRST
         self.previous: dict[int, dict[str, Any]] = {}
         self.finding: str | None = None
-        self.severed = False
 
     def check(self) -> None:
         """Called at each poll of the call; cheap unless a look is due."""
@@ -150,7 +149,6 @@ class Watch:
         # Certain: ask once more, with the flight recorder's ops, and free every rank.
         ports = sorted(getattr(self.cluster, "pair_ports", ()))
         final = self._send(history=True, sever=ports)
-        self.severed = True
         detail = shots
         if final is not None:
             end = time.monotonic() + FINAL_WAIT

@@ -57,9 +57,6 @@ class KeptRun:
         """Cancel the run (the keeper interrupts its ranks; the run ends cancelled)."""
         self.cluster.stop_run(self.id)
 
-    def rank_finished(self, rank: int) -> bool:
-        return self.rank_states.get(rank) not in ("pending", "running")
-
     # --- following ---------------------------------------------------------------
     def follow_once(self, sink: OutputSink | None = None) -> bool:
         """Read what is new in the store; True once the run has ended (and all of it,

@@ -144,7 +144,6 @@ class TrainingRun:
         self._send_lock = threading.Lock()  # a stop and the cell's sending, one at a time
         self._cell_sent = False
         self._listeners: list[Callable[[], None]] = []
-        self._futures: dict[int, Any] = {}
         _claim(self)
         record(
             self._writer,
@@ -160,14 +159,6 @@ class TrainingRun:
         record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
         if spec.command:
             record(self._writer, "add_event", "command", spec.command, run_id=self.id)
-
-    def _track(self, futures: dict[int, Any]) -> None:
-        self._futures = futures
-
-    def rank_finished(self, rank: int) -> bool:
-        """Whether this rank has finished the cell (others may still be running)."""
-        future = self._futures.get(rank)
-        return future is not None and future.done()
 
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -223,7 +214,6 @@ class TrainingRun:
                     self.ranks,
                     sink=sink,
                     timeout=self.spec.timeout,
-                    on_submit=self._track,
                 )
             except RankError as e:
                 error = e
