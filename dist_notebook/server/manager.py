@@ -16,7 +16,7 @@ import socket
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import privates
 from ..cluster import reap
@@ -36,6 +36,9 @@ from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, Run
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
 from ..store.reader import kernel_alive
+
+if TYPE_CHECKING:
+    from ipyparallel import Cluster
 
 log = logging.getLogger("dist_notebook")
 RUN_STATES = tuple(s.value for s in RunState)
@@ -460,7 +463,7 @@ async def _act(row: dict[str, Any], action: str, ranks: Sequence[dict[str, Any]]
         _release_waiters(cluster)
 
 
-async def _stop(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any]]) -> None:
+async def _stop(cluster: Cluster, row: dict[str, Any], ranks: Sequence[dict[str, Any]]) -> None:
     """Stop a cluster whose kernel is gone as its kernel would (``DistCluster``'s
     teardown): ipyparallel's stop, then the rest of the process tree of its processes on
     this machine (the controller's schedulers, engines' children) and its files."""
@@ -472,7 +475,9 @@ async def _stop(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any
     reap.remove_files(reap.cluster_files(row["profile_dir"], cluster.cluster_id))
 
 
-def _local_pids(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any]]) -> list[int]:
+def _local_pids(
+    cluster: Cluster, row: dict[str, Any], ranks: Sequence[dict[str, Any]]
+) -> list[int]:
     """The pids of the cluster's processes on this machine that are still its own: the
     controller's (from the cluster file) and the ranks' recorded on this host, each
     created before the file's last write (a pid read back may belong to another process
@@ -489,7 +494,7 @@ def _local_pids(cluster: Any, row: dict[str, Any], ranks: Sequence[dict[str, Any
     return reap.created_before(pids, written + 1.0)
 
 
-def _load_cluster(row: dict[str, Any]) -> Any:
+def _load_cluster(row: dict[str, Any]) -> Cluster:
     """The ipyparallel cluster of *row*, rebuilt from its cluster file."""
     from ipyparallel import Cluster
 
@@ -519,7 +524,7 @@ def _load_cluster(row: dict[str, Any]) -> Any:
         ) from e
 
 
-def _release_waiters(cluster: Any) -> None:
+def _release_waiters(cluster: Cluster) -> None:
     # Loading a cluster starts one thread per process that waits for its exit; after an
     # interrupt the processes live on, and those threads would outlive the request. They
     # check this event every poll_seconds (_launcher_config).
