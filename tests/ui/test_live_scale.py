@@ -126,7 +126,9 @@ def test_live_view_of_32_ranks_is_banded_with_a_heatmap(lab, page):  # type: ign
     png = imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
     red = (png[..., 0] > 0.8) & (png[..., 1] < 0.2) & (png[..., 2] < 0.2) & (png[..., 3] > 0.95)
     rows = np.nonzero(red.sum(axis=1) > png.shape[1] // 3)[0]
-    assert len(rows) >= 2 and rows.min() > png.shape[0] // 2, rows
+    # (a red row above it is the straggler's own curve, drawn red where it runs flat)
+    under = rows[rows > png.shape[0] // 2]
+    assert len(under) >= 2, rows
     theme(page, dark=True)  # the same picture on JupyterLab Dark (it is transparent)
     final.locator("img").screenshot(path=str(ARTIFACTS / "live32-final-dark.png"))
     theme(page, dark=False)

@@ -70,8 +70,9 @@ def fill(writer: StoreWriter, cluster: str, run: str) -> None:
 
 # Whether the heatmap's canvas, at rank 0's row (a median row) 60% across, is light (arg
 # true) or dark: the mean of its RGB against the middle grey.
-HEAT_PIXEL_IS = """(light) => {
-  const canvas = document.querySelector('.dn-runview .dn-chart-heat canvas');
+HEAT_PIXEL_IS = """([light, run]) => {
+  const view = `.dn-runview[data-run-id="${run}"]`;  // not another run's tab left open
+  const canvas = document.querySelector(`${view} .dn-chart-heat canvas`);
   if (!canvas || !canvas.width) return false;
   const ctx = canvas.getContext('2d');
   const x = Math.floor(canvas.width * 0.6), y = 1;
@@ -145,7 +146,7 @@ def test_32_ranks_banded_chart_heatmap_and_nodes(shared_lab, page):  # type: ign
             )
             # the heatmap is drawn again in the theme's colours: its median cells (rank 0's
             # row) a dark grey on the dark theme, a light one on the light, its labels too
-            page.wait_for_function(HEAT_PIXEL_IS, arg=light == "true", timeout=30_000)
+            page.wait_for_function(HEAT_PIXEL_IS, arg=[light == "true", run], timeout=30_000)
             if light == "false":  # the band, lines and heatmap as read on the dark theme
                 chart.screenshot(path=str(ARTIFACTS / "scale-chart-dark.png"))
 

@@ -20,8 +20,10 @@ export const HEAT_SERIES: { [key: string]: string } = {
 
 const LABEL_W = 46;
 const MAX_H = 192;
-/** Animation frames a theme change is watched for its new colours to apply. */
-const THEME_FRAMES = 120;
+/** How long (ms) a theme change is watched for its new colours to apply: JupyterLab sets
+ * the body's theme attributes before the theme's CSS has loaded, which on a busy
+ * machine can take seconds. */
+const THEME_WATCH_MS = 10_000;
 
 /**
  * A CSS colour as [r, g, b] (what a canvas makes of it), or null: `rgb()`, `rgba()` and
@@ -44,7 +46,7 @@ export function watchTheme(probe: () => string, redraw: () => void): () => void 
     return () => undefined;
   }
   let frame: number | null = null;
-  let left = 0;
+  let until = 0;
   let seen = probe();
   const tick = (): void => {
     frame = null;
@@ -53,13 +55,12 @@ export function watchTheme(probe: () => string, redraw: () => void): () => void 
       seen = now;
       redraw();
     }
-    left -= 1;
-    if (left > 0) {
+    if (performance.now() < until) {
       frame = requestAnimationFrame(tick);
     }
   };
   const changed = (): void => {
-    left = THEME_FRAMES;
+    until = performance.now() + THEME_WATCH_MS;
     if (frame === null) {
       frame = requestAnimationFrame(tick);
     }
