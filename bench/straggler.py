@@ -112,7 +112,7 @@ def one_run(ip: Any, name: str, kind: str) -> dict[str, Any]:
     import os
 
     import dist_notebook
-    from dist_notebook.cluster.mismatch import CollectiveMismatch
+    from dist_notebook.cluster.onranks.mismatch import CollectiveMismatch
 
     mismatch = None
     try:

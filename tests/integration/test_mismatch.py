@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dist_notebook.cluster.mismatch import FIX, CollectiveMismatch
+from dist_notebook.cluster.onranks.mismatch import FIX, CollectiveMismatch
 
 pytestmark = pytest.mark.timeout(120)
 

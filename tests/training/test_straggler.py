@@ -15,7 +15,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 import dist_notebook
-from dist_notebook.cluster.mismatch import CollectiveMismatch
+from dist_notebook.cluster.onranks.mismatch import CollectiveMismatch
 from dist_notebook.protocol import STRAGGLER_PERSISTENCE
 
 # Notebook 9's MLP under DDP, 64 samples a step; *slow* sleeps 30 ms a step, *heavy* has

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dist_notebook.cluster.mismatch import FIX, find
+from dist_notebook.cluster.onranks.mismatch import FIX, find
 
 
 def shot(seq: int, op: str | None = None, group: str = "0", line: str = "") -> dict[str, Any]:

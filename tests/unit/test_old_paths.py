@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ONRANKS = ["execute", "recovery", "transfer", "scripts", "stacks", "tracebacks"]
+ONRANKS = ["execute", "recovery", "mismatch", "transfer", "scripts", "stacks", "tracebacks"]
 # old path -> new path of each process's entry point
 ENTRY_POINTS = {
     "dist_notebook.engine.boot": "dist_notebook.boot.engine",

@@ -6,6 +6,8 @@ modules here use a cluster that is up, one job each:
 - ``execute``: run a cell or a function on ranks, stream each rank's output, map errors
   (and a rank's death or an interrupt) to ranks;
 - ``recovery``: free ranks stuck in a collective with a rank that already stopped;
+- ``mismatch``: name a collective the ranks disagree on (a rank skipped it, or called
+  another op) within seconds, and free the ranks that wait in it;
 - ``transfer``: push values to the ranks and pull expressions back;
 - ``scripts``: run a torchrun-style script on every rank;
 - ``stacks``: the hang report, every rank's current Python stack;

@@ -170,7 +170,7 @@ def run_on_ranks(
     {rank: future} once the cell is sent (a future is done when that rank is). Ctrl-C
     interrupts every rank. Raises RankError if any rank raised.
     """
-    from ..mismatch import prepare
+    from .mismatch import prepare
 
     client = cluster.require_ready()
     targets = cluster.engine_ids(ranks)
@@ -256,7 +256,7 @@ def follow(
     *cell*: *ar* runs a cell in the ranks' default group, whose collectives are watched
     for a mismatch (a script's run makes a group of its own, with other ports).
     """
-    from ..mismatch import Watch
+    from .mismatch import Watch
 
     streams = [_Stream(cluster.rank_of(eid), sink) for eid in targets]
     deadline = None if timeout is None else time.monotonic() + timeout
