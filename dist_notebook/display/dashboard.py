@@ -35,6 +35,7 @@ from typing import Any
 
 from IPython.display import display
 
+from ..cluster.onranks.transfer import warming
 from ..contracts import view_message_kind
 from ..protocol import RunSummary
 from .final import draw_png, final_html, header_text, last_values, text_summary
@@ -45,23 +46,22 @@ from .uipoll import CommRoute
 log = logging.getLogger("dist_notebook")
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-# The kernel imports torch in a background thread once a cluster is ready (the first
-# %dist_pull of tensors needs it: the cluster transfer module's warm_up). Loading libtorch holds
-# the GIL for 0.4 s and more at a time, so a run started meanwhile (a notebook run from the
-# top) had its records wait in the collector's socket: bench/live_view.py measured
+# The kernel imports torch in a background thread from %dist_cluster start on (the first
+# %dist_pull of tensors needs it: the cluster transfer module's warm_up). Loading libtorch
+# holds the GIL for 0.4 s and more at a time, so a run started meanwhile (a notebook run
+# from the top) had its records wait in the collector's socket: bench/live_view.py measured
 # report() -> collector p95 of 440 ms in the run's first tenth against ~50 ms after, with
 # that thread using 0.8 s of CPU in the run's first 4 s. A run with a live view waits for
 # it (at most WARM_WAIT s, the view shown meanwhile) before its cell goes to the ranks.
-WARM_THREAD = "dist-notebook-warm"
 WARM_WAIT = 20.0
 
 
 def wait_for_warm_up(timeout: float = WARM_WAIT) -> float:
-    """Wait for the kernel's torch import (WARM_THREAD) to end; return the seconds waited."""
+    """Wait for the kernel's torch import (transfer.warming) to end; the seconds waited."""
     t0 = time.monotonic()
-    for thread in threading.enumerate():
-        if thread.name == WARM_THREAD and thread is not threading.current_thread():
-            thread.join(max(0.0, timeout - (time.monotonic() - t0)))
+    thread = warming()
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
     return time.monotonic() - t0
 
 

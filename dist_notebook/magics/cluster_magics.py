@@ -275,10 +275,12 @@ class ClusterMagics(Magics):
                 f"a cluster is already {current.state.value}: use %dist_cluster restart, "
                 "or %dist_cluster stop first"
             )
+        # torch into the kernel in the background (the first %dist_pull of tensors needs
+        # it), overlapping the engines' start rather than the first cell after it
+        warm_up()
         if args.detach:
             detached = start_detached(spec, args.idle_timeout, progress=Progress())
             self.session.cluster = detached
-            warm_up()
             display(ranks_table(detached))
             print(
                 f"cluster {detached.id} is detached (keeper pid {detached.keeper_pid}"
@@ -291,7 +293,6 @@ class ClusterMagics(Magics):
         self.session.cluster = cluster
         if cluster.state != ClusterState.READY:
             cluster.start_sync()
-        warm_up()  # torch into the kernel meanwhile: the first %dist_pull of tensors needs it
         display(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:

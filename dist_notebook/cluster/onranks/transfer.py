@@ -10,6 +10,8 @@ the others over the process group.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
@@ -73,23 +75,29 @@ def pull(cluster: DistCluster, expression: str, ranks: list[int]) -> dict[int, A
     return {o.rank: _load(o.value, expression, o.rank) for o in outputs}
 
 
-_warmed = False
+WARM_THREAD = "dist-notebook-warm"
+_warm: threading.Thread | None = None
 
 
-def warm_up() -> None:
-    """Import torch in the kernel in the background, once: the first pull of tensors
-    would otherwise wait 1-2 s for it (10 s under load) where later pulls take tens of
-    ms. Importing torch initialises no CUDA."""
-    global _warmed
-    if _warmed:
-        return
-    _warmed = True
-    import importlib
-    import threading
+def warm_up() -> threading.Thread:
+    """Import torch in the kernel in the background, once (the thread that does it): the
+    first pull of tensors would otherwise wait 1-2 s for it (10 s under load) where later
+    pulls take tens of ms. Importing torch initialises no CUDA."""
+    global _warm
+    if _warm is None:
+        _warm = threading.Thread(
+            target=importlib.import_module, args=("torch",), name=WARM_THREAD, daemon=True
+        )
+        _warm.start()
+    return _warm
 
-    threading.Thread(
-        target=importlib.import_module, args=("torch",), name="dist-notebook-warm", daemon=True
-    ).start()
+
+def warming() -> threading.Thread | None:
+    """The kernel's background torch import while it goes (None: never started, or ended).
+
+    Loading libtorch holds the GIL for long stretches: what must keep time meanwhile (a
+    run's live view, display/dashboard.py) waits for it."""
+    return _warm if _warm is not None and _warm.is_alive() else None
 
 
 def rank_pids(cluster: DistCluster) -> list[int]:
