@@ -12,10 +12,20 @@ from ._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .cluster import ClusterSpec, DistCluster
+    from .cluster.onranks.execute import RankError
+    from .cluster.onranks.mismatch import CollectiveMismatch
     from .engine import report
     from .training import load_run
 
-__all__ = ["ClusterSpec", "DistCluster", "load_ipython_extension", "load_run", "report"]
+__all__ = [
+    "ClusterSpec",
+    "CollectiveMismatch",
+    "DistCluster",
+    "RankError",
+    "load_ipython_extension",
+    "load_run",
+    "report",
+]
 
 # Imported on first use: ``%load_ext`` starts the fork server before the magics' imports
 # (ipyparallel's client, widgets), and an engine importing ``dist_notebook.engine`` does
@@ -23,6 +33,10 @@ __all__ = ["ClusterSpec", "DistCluster", "load_ipython_extension", "load_run", "
 _LAZY = {
     "ClusterSpec": "cluster",
     "DistCluster": "cluster",
+    # What a cell on the ranks raises (``except RankError as e``: ``e.rank``, ``e.ename``,
+    # ``e.failures``), and the RankError raised for collectives the ranks disagree on.
+    "RankError": "cluster.onranks.execute",
+    "CollectiveMismatch": "cluster.onranks.mismatch",
     "report": "engine",
     "load_run": "training",
 }

@@ -124,6 +124,7 @@ def test_readme_python_blocks_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> 
     assert re.search(r"cluster \w+: ready in", out[0]), out[0]
     assert "[rank 0] 0 2 899" in out[1] and "[rank 1] 1 2 898" in out[1], out[1]
     assert "succeeded 400" in "".join(out), out
+    assert "0 AssertionError [0]" in "".join(out), out  # the caught RankError
     assert (work / "digits.csv").stat().st_size > 0
     assert "[(0, 2), (1, 2)]" in "".join(out), out
     assert list((work / "checkpoints" / "digits-ckpt").iterdir()), "no checkpoint written"
