@@ -134,6 +134,16 @@ class DistCluster:
         return self._ipp.profile_dir if self._ipp else ""
 
     @property
+    def client_file(self) -> str:
+        """The ipyparallel client's connection file of the started cluster ("" before the
+        start): another process opens it (``ipyparallel.Client(path)``) to run cells on
+        these engines, as a kernel attached to a detached cluster does. It holds the
+        cluster's key; it lives in the cluster's own profile folder (owner-only)."""
+        if self._ipp is None or self._ipp.controller is None:
+            return ""
+        return str(self._ipp.controller.connection_files["client"])
+
+    @property
     def started(self) -> bool:
         """The controller was started (this life or an earlier one)."""
         return self._ipp is not None

@@ -86,18 +86,15 @@ class Keeper:
 
     # --- the keeper's file -------------------------------------------------------
     def write_file(self) -> Path:
-        ipp = self.cluster._ipp
-        assert ipp is not None, "the keeper writes its file for a started cluster"
-        client_file = (
-            Path(ipp.profile_dir) / "security" / f"ipcontroller-{ipp.cluster_id}-client.json"
-        )
+        client_file = self.cluster.client_file
+        assert client_file, "the keeper writes its file for a started cluster"
         KeeperFile(
             cluster_id=self.cluster.id,
             pid=os.getpid(),
             endpoint=self.endpoint,
             key=self._key.hex(),
-            profile_dir=ipp.profile_dir,
-            client_file=str(client_file),
+            profile_dir=self.cluster.profile_dir,
+            client_file=client_file,
             idle_timeout=self.idle_timeout,
             started=time.time(),
         ).write(self.path)

@@ -49,6 +49,23 @@ def test_start_gives_ranks_with_live_engines(fresh: DistCluster) -> None:
     assert group_sum(fresh) == [3.0, 3.0]
 
 
+def test_the_client_file_lets_another_client_run_on_the_engines(fresh: DistCluster) -> None:
+    """What a kernel attached to a detached cluster opens (the keeper's file names it)."""
+    import ipyparallel as ipp
+
+    assert DistCluster(ClusterSpec(n=2)).client_file == ""  # not started: no file yet
+    path = fresh.client_file
+    assert os.path.isfile(path) and path.startswith(fresh.profile_dir + os.sep), path
+    other = ipp.Client(path)
+    try:
+        other.wait_for_engines(fresh.n, timeout=30)
+        engines = fresh.engine_ids()
+        assert sorted(other.ids) == sorted(engines)
+        assert other[engines].apply_sync(os.getpid) == [r.pid for r in fresh.ranks]
+    finally:
+        other.close()
+
+
 def test_restart_gives_new_engines_with_the_same_ranks(fresh: DistCluster) -> None:
     old = {r.rank: r.pid for r in fresh.ranks}
     run_on_ranks(fresh, "kept = 1")
