@@ -7,6 +7,8 @@ beside the kernel's own; Shift-Tab and ``obj?`` show the rank-side object's help
 One apply call asks the rank; the kernel waits for it at most ``RANK_WAIT_S``. With no
 cluster, a run in progress, or a rank still busy with the last question (a cell running
 there), the kernel's own answer comes at once: a completion never hangs the notebook.
+Why the ranks' part was left out (busy, no answer in time, a rank-side error) is logged
+at debug level (``logging.getLogger("dist_notebook").setLevel("DEBUG")`` with a handler).
 
 Hooks: a matcher (IPython's matcher API v2) in ``shell.Completer.custom_matchers``, and a
 wrapper around the kernel's ``do_inspect`` (ipykernel has no hook for inspection).
@@ -15,6 +17,7 @@ wrapper around the kernel's ``do_inspect`` (ipykernel has no hook for inspection
 from __future__ import annotations
 
 import inspect as pyinspect
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -27,6 +30,7 @@ from ..cluster.onranks.execute import apply_on_ranks, view_of
 from ..engine import introspect
 from .session import Session
 
+log = logging.getLogger(__name__)
 RANK_WAIT_S = 0.15  # the kernel's own completions follow within the issue's 200 ms
 INSPECT_WAIT_S = 1.0  # Shift-Tab: IPython's help takes a rank ~0.1-0.3 s to format
 CELL_MAGICS = ("%%dist", "%%dist_train")
@@ -63,7 +67,7 @@ class RankIntrospection:
         self.session = session
         self.auto = auto
         self._pending: Any = None  # the last question, while the rank has not answered
-        self.last_error = ""  # why the rank's answer was left out, the last time it was
+        self._left_out_why = ""  # the reason logged last (each keystroke asks again)
         self.waits: list[float] = []  # how long each question kept the kernel (the last 100)
         self._paged: tuple[int, ...] = ()  # the engines whose pages print (obj? in a cell)
 
@@ -82,18 +86,26 @@ class RankIntrospection:
         if self.session.active_run(cluster) is not None or not 0 <= rank < cluster.n:
             return None
         if self._pending is not None and not self._pending.ready():
-            self.last_error = f"rank {rank} is busy"  # a cell runs there: queue nothing more
-            return None
+            return self._left_out(f"rank {rank} is busy")  # a cell runs there: queue nothing
         view = view_of(cluster.client, cluster.engine_ids([rank]))
         self._pending = view.apply_async(fn, *args)
         try:
-            return self._pending.get(timeout=wait)[0]  # a view of one engine: a list of one
+            answer = self._pending.get(timeout=wait)[0]  # a view of one engine: a list of one
         except TimeoutError:
-            self.last_error = f"rank {rank} did not answer within {wait} s"
-            return None
-        except Exception as e:  # a rank-side failure: the kernel's own answer stands
-            self.last_error = f"rank {rank}: {type(e).__name__}: {e}"
-            return None
+            return self._left_out(f"rank {rank} did not answer within {wait} s")
+        except Exception as e:
+            # A rank-side failure (the name's help raised, the engine went away): a
+            # completion must never fail the kernel's own, so it is logged, not raised.
+            return self._left_out(f"rank {rank}: {type(e).__name__}: {e}")
+        self._left_out_why = ""
+        return answer
+
+    def _left_out(self, why: str) -> None:
+        """Log at debug level why the rank's answer was left out (the kernel's own answer
+        stands), once while the reason stays the same: each keystroke asks again."""
+        if why != self._left_out_why:
+            self._left_out_why = why
+            log.debug("Tab/Shift-Tab answered without the ranks: %s", why)
 
     def matcher(self) -> Callable[[CompletionContext], Any]:
         """The matcher for ``shell.Completer.custom_matchers``."""
