@@ -8,17 +8,21 @@ patch ``dist_notebook.cluster.onranks.transfer``, which is where the code reads 
 from __future__ import annotations
 
 from .onranks.transfer import (
+    WARM_THREAD,
     PullError,
     pull,
     push,
     rank_pids,
     warm_up,
+    warming,
 )
 
 __all__ = [
+    "WARM_THREAD",
     "pull",
     "PullError",
     "push",
     "rank_pids",
     "warm_up",
+    "warming",
 ]
