@@ -115,7 +115,7 @@ class DistCluster:
         # Why the cluster cannot work until restarted (the controller died), or None.
         self.failure: str | None = None
         self._tearing_down = False
-        # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/stacks.py).
+        # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/onranks/stacks.py).
         # Made by start() and removed by stop() or a failed start, so a cluster that is
         # refused or never started leaves no folder behind.
         self.stack_dir = ""
