@@ -16,17 +16,31 @@ the kernel does not have: while the run's kernel lives, a reloaded page gets the
 model (the chart); once it is gone, the saved state draws the note. States of ours whose
 output is no longer in the notebook (the run ended: its output became the picture) are
 dropped; other widgets' states are left as they are.
+
+A page reloaded (or opened in a second tab) mid-run holds the live output from the file,
+without its display id, so the kernel's end picture cannot replace it there: saved after
+the run's end, that output would still say "live view of a run in progress". So before the
+states, each live output whose run the run store says ended (any state but pending or
+running; a run of a kernel that is gone reads orphaned) is saved as a note that the run
+ended, naming its state and ``load_run(...)``, without the widget's view: it opens as
+that note everywhere, with or without a kernel or widgets. (Where the labextension runs,
+the page itself puts the end's picture in first: extension/src/finalsave.ts.)
 """
 
 from __future__ import annotations
 
 import html
+import logging
 import re
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from ..store import StoreError, StoreReader, store_path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 NOTE_CLASS = "dist-notebook-live-note"  # the live output's note (display/dashboard.py)
+ENDED_CLASS = "dist-notebook-ended-note"  # the note of a live output whose run ended
 MARK = "_dist_notebook_note"  # in the states this hook writes: the ones it may drop
 # Draws the note the state carries; a model the kernel still has never gets here.
 NOTE_ESM = """export default { render({ model, el }) {
@@ -37,6 +51,11 @@ NOTE_ESM = """export default { render({ model, el }) {
 } };
 """
 _TAGS = re.compile(r"<[^>]+>")
+_RUN = re.compile(r"data-run='([^']*)'")
+LIVE_STATES = ("pending", "running")
+log = logging.getLogger("dist_notebook")
+# run ids -> {run id: the store's row (name, state...)} of those the store says ended
+EndedRuns = Callable[[Iterable[str]], dict[str, dict[str, Any]]]
 
 
 def _text(value: Any) -> str:
@@ -88,6 +107,64 @@ def live_outputs(nb: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def ended_runs(run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The run store's rows of those of *run_ids* that ended ({} if it cannot be read)."""
+    ids = set(run_ids)
+    path = store_path()
+    if not ids or not path.exists():
+        return {}
+    try:
+        reader = StoreReader(path)
+        try:
+            rows = {run_id: reader.run(run_id) for run_id in ids}
+        finally:
+            reader.close()
+    except StoreError as e:
+        log.warning("dist-notebook: saved live views keep their note (%s)", e)
+        return {}
+    return {k: r for k, r in rows.items() if r is not None and r["state"] not in LIVE_STATES}
+
+
+def ended_bundle(row: dict[str, Any]) -> dict[str, str]:
+    """The output saved in place of a live view whose run ended: its note."""
+    name, run_id, state = str(row["name"]), str(row["id"]), str(row["state"])
+    text = (
+        f"run {name} ({run_id}): ended ({state}); "
+        f"see dist_notebook.load_run({name!r}) for its records and picture"
+    )
+    markup = (
+        f"<div class='{ENDED_CLASS}' data-run='{html.escape(run_id)}'"
+        f" data-state='{html.escape(state)}'><b>run {html.escape(name)}</b>"
+        f" ({html.escape(run_id)}): ended ({html.escape(state)}); see"
+        f" <code>dist_notebook.load_run({html.escape(repr(name))})</code>"
+        " for its records and picture</div>"
+    )
+    return {"text/html": markup, "text/plain": text}
+
+
+def end_notes(nb: dict[str, Any], ended: EndedRuns = ended_runs) -> int:
+    """Save each live output of ours in *nb* whose run ended as the end's note; the
+    number of outputs changed."""
+    found: list[tuple[dict[str, Any], str]] = []
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data") or {}
+            markup = _text(data.get("text/html"))
+            run = _RUN.search(markup)
+            if WIDGET_VIEW in data and NOTE_CLASS in markup and run:
+                found.append((out, html.unescape(run.group(1))))
+    rows = ended({run_id for _out, run_id in found}) if found else {}
+    changed = 0
+    for out, run_id in found:
+        if run_id in rows:
+            out["data"] = ended_bundle(rows[run_id])
+            out.get("metadata", {}).pop(WIDGET_VIEW, None)
+            changed += 1
+    return changed
+
+
 def add_note_states(nb: dict[str, Any]) -> bool:
     """Put a note state for each live output of ours into *nb*; True if *nb* changed."""
     outputs = live_outputs(nb)
@@ -123,6 +200,8 @@ def add_note_states(nb: dict[str, Any]) -> bool:
 
 
 def pre_save(model: dict[str, Any], **_kwargs: Any) -> None:
-    """ContentsManager pre-save hook: the notebook's live outputs get their note state."""
+    """ContentsManager pre-save hook: the notebook's live outputs of ended runs become
+    the end's note; the others get their note state."""
     if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+        end_notes(model["content"])
         add_note_states(model["content"])

@@ -11,12 +11,17 @@ from typing import Any
 import nbformat
 
 from dist_notebook.server.livesave import (
+    ENDED_CLASS,
     MARK,
     NOTE_CLASS,
     WIDGET_STATE,
     WIDGET_VIEW,
     add_note_states,
+    end_notes,
 )
+from dist_notebook.store import StoreWriter
+
+from .conftest import DONE, RUNNING
 
 NOTE_HTML = (
     f"<div class='{NOTE_CLASS}' data-run='r1'><b>run demo</b> (r1): live view of a run in "
@@ -24,13 +29,13 @@ NOTE_HTML = (
 )
 
 
-def live_output(model_id: str) -> dict[str, Any]:
+def live_output(model_id: str, run_id: str = "r1") -> dict[str, Any]:
     return nbformat.v4.new_output(
         "display_data",
         data={
             WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": model_id},
-            "text/plain": "run demo (r1): live view of a run in progress",
-            "text/html": NOTE_HTML,
+            "text/plain": f"run demo ({run_id}): live view of a run in progress",
+            "text/html": NOTE_HTML.replace("r1", run_id),
         },
     )
 
@@ -90,4 +95,54 @@ async def test_the_server_extension_runs_the_hook_on_a_save(jp_fetch, jp_root_di
     body = {"type": "notebook", "format": "json", "content": notebook(live_output("m1"))}
     await jp_fetch("api", "contents", "mid.ipynb", method="PUT", body=json.dumps(body))
     saved = json.loads((jp_root_dir / "mid.ipynb").read_text())
+    assert states(saved)["m1"][MARK] is True
+
+
+def test_a_live_output_whose_run_ended_is_saved_as_the_end_note() -> None:
+    nb = notebook(live_output("m1", "r-a"), live_output("m2", "r-b"))
+    asked: list[set[str]] = []
+
+    def ended(ids):  # type: ignore[no-untyped-def]
+        asked.append(set(ids))
+        return {"r-a": {"id": "r-a", "name": "demo", "state": "succeeded"}}
+
+    assert end_notes(nb, ended) == 1
+    assert asked == [{"r-a", "r-b"}]  # one look-up for the notebook
+    first, second = nb["cells"][0]["outputs"]
+    assert WIDGET_VIEW not in first["data"]  # no widget left to say "model not found"
+    assert ENDED_CLASS in first["data"]["text/html"]
+    assert first["data"]["text/plain"] == (
+        "run demo (r-a): ended (succeeded); see dist_notebook.load_run('demo')"
+        " for its records and picture"
+    )
+    assert WIDGET_VIEW in second["data"]  # still running: left as it is
+    add_note_states(nb)
+    assert list(states(nb)) == ["m2"]
+    nbformat.validate(nbformat.from_dict(nb))
+    assert end_notes(notebook(nbformat.v4.new_output("stream", text="x")), ended) == 0
+    assert len(asked) == 1  # no live output: the store is not read
+
+
+async def test_a_save_after_the_run_ended_holds_the_end_note(  # type: ignore[no-untyped-def]
+    jp_fetch, jp_root_dir, filled_store: StoreWriter
+) -> None:
+    content = notebook(live_output("m1", DONE), live_output("m2", RUNNING))
+    body = {"type": "notebook", "format": "json", "content": content}
+    await jp_fetch("api", "contents", "end.ipynb", method="PUT", body=json.dumps(body))
+    saved = json.loads((jp_root_dir / "end.ipynb").read_text())
+    done, running = saved["cells"][0]["outputs"]
+    assert f"data-run='{DONE}' data-state='succeeded'" in "".join(done["data"]["text/html"])
+    assert "load_run('warmup')" in "".join(done["data"]["text/plain"])
+    assert WIDGET_VIEW not in done["data"]
+    assert WIDGET_VIEW in running["data"]
+    assert list(states(saved)) == ["m2"]
+
+
+async def test_a_save_without_a_store_keeps_the_live_note(
+    jp_fetch, jp_root_dir, store_file
+) -> None:  # type: ignore[no-untyped-def]
+    body = {"type": "notebook", "format": "json", "content": notebook(live_output("m1", DONE))}
+    await jp_fetch("api", "contents", "mid.ipynb", method="PUT", body=json.dumps(body))
+    saved = json.loads((jp_root_dir / "mid.ipynb").read_text())
+    assert WIDGET_VIEW in saved["cells"][0]["outputs"][0]["data"]
     assert states(saved)["m1"][MARK] is True
