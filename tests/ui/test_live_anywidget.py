@@ -45,6 +45,34 @@ for i in range(700):
     time.sleep(0.03)
 """
 CELLS = ["%load_ext dist_notebook", "%dist_cluster start -n 2 --cpu", TRAIN]
+# A run that goes until the test ends it: the test writes END_FILE into the server's root
+# (end_run), which each rank looks for at every step, so no test waits out steps it has
+# no more use for, and none races the run's end under load.
+END_FILE = "end-the-run"
+
+
+def until_ended(train: str, root: Path, together: bool = False) -> str:
+    """*train* (a cell whose loop ends with ``    time.sleep(0.03)``) made to end once
+    end_run(*root*) is called; *together*: the ranks decide with an all_reduce (a DDP
+    loop: a rank that stopped alone would leave the others in DDP's next all_reduce)."""
+    path = repr(str(root / END_FILE))
+    if together:
+        check = (
+            f"    end = torch.tensor([float(os.path.exists({path}))])\n"
+            "    torch.distributed.all_reduce(end, op=torch.distributed.ReduceOp.MAX)\n"
+            "    if end.item():\n        break\n"
+        )
+    else:
+        check = f"    if os.path.exists({path}):\n        break\n"
+    sleep = "    time.sleep(0.03)\n"
+    assert train.count(sleep) == 1 and "import time\n" in train, train
+    return train.replace(sleep, check + sleep).replace("import time\n", "import os, time\n", 1)
+
+
+def end_run(root: Path) -> None:
+    (root / END_FILE).write_text("")
+
+
 KERNEL_IDLE = (
     "() => window.jupyterapp.shell.currentWidget"
     "?.sessionContext?.session?.kernel?.status === 'idle'"
@@ -134,7 +162,9 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     lab_without_extension, page
 ):
     lab = lab_without_extension
-    write_cells(lab.root / NOTEBOOK, CELLS)
+    # goes until the reloaded view has shown it (end_run below)
+    train = until_ended(TRAIN.replace("700", "20000"), lab.root, together=True)
+    write_cells(lab.root / NOTEBOOK, [*CELLS[:2], train])
     page.add_init_script(WATCH)
     open_notebook(page, lab)
     # the labextension is off: no side panel, and nothing of ours registered a widget
@@ -185,6 +215,7 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     expect(page.locator(".jp-NotebookPanel")).not_to_contain_text("model not found")
     live.scroll_into_view_if_needed()
     shot(page, "noext-reloaded")
+    end_run(lab.root)
 
     # the end: the reloaded view shows the final picture (the widget's `final` trait)
     final = cell(page, 2).locator(".dn-live-final img")

@@ -29,12 +29,14 @@ from .test_live_anywidget import (
     cell,
     command,
     cpu_hogs,
+    end_run,
     open_notebook,
+    until_ended,
 )
 
 expect.set_options(timeout=20_000)
 
-STEPS = 2000
+STEPS = 20000  # at most: the test ends the run once both views have shown it moving
 BLOCKING = f"""%%dist_train --name blk --steps {STEPS}
 import time
 from dist_notebook import report
@@ -80,7 +82,7 @@ def test_a_reload_and_a_second_tab_during_a_blocking_cell_get_the_chart_back(  #
     mode, request, page
 ):
     lab = request.getfixturevalue("lab" if mode == "labextension" else "lab_without_extension")
-    cells = [*CELLS[:2], BLOCKING]
+    cells = [*CELLS[:2], until_ended(BLOCKING, lab.root)]
     write_cells(lab.root / NOTEBOOK, cells)
     open_notebook(page, lab)
     page.wait_for_function(KERNEL_IDLE, timeout=60_000)
@@ -104,6 +106,7 @@ def test_a_reload_and_a_second_tab_during_a_blocking_cell_get_the_chart_back(  #
             "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
             ".connectionStatus === 'connected'"
         )
+        end_run(lab.root)
         for view, name in ((page, "reload"), (tab, "tab")):
             final = cell(view, 2).locator(".dn-live-final")
             expect(final).to_contain_text("blk: succeeded in", timeout=240_000)
