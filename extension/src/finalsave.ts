@@ -44,20 +44,58 @@ function kernelOf(note: string): string | null {
 
 /**
  * Whether the live view of *note*, shown as *shown*, has lost its model: the widget
- * manager says so, or the notebook now runs another kernel than the one that wrote it
- * (its model cannot be there: the manager would show "Loading widget..." while it waits
- * for it). With no kernel yet (a page reloaded mid-run is reconnecting) nothing is said.
+ * manager says so, the notebook has no kernel session at all (*noKernel*), or it runs
+ * another kernel than the one that wrote it (its model cannot be there: the manager would
+ * show "Loading widget..." while it waits for it). While a kernel is being connected (a
+ * page reloaded mid-run) nothing is said.
  */
-function modelGone(note: string, shown: string, current: string | undefined): boolean {
-  if (shown.includes(MISSING)) {
+function modelGone(
+  note: string,
+  shown: string,
+  current: string | undefined,
+  noKernel: boolean
+): boolean {
+  if (shown.includes(MISSING) || noKernel) {
     return true;
   }
   const writer = kernelOf(note);
   return writer !== null && current !== undefined && writer !== current;
 }
 
+/**
+ * Whether *panel*'s notebook has no kernel session, neither in this page nor on the server
+ * ("No Kernel" picked in the kernel dialog). The widget manager then never restores, not
+ * even the notebook's saved widget states (jupyterlab_widgets 3.0: its restore waits for
+ * a session context that never gets ready), and says "Loading widget..." for good. A page
+ * reloaded mid-run finds its session on the server, and a kernel being started for the
+ * notebook is a new one, without the model either.
+ */
+async function sessionless(panel: NotebookPanel): Promise<boolean> {
+  const context = panel.sessionContext;
+  if (context.session !== null || context.isDisposed) {
+    return false;
+  }
+  const found = await context.sessionManager.findByPath(context.path);
+  return found === undefined && context.session === null;
+}
+
+/** The number of live views of ours in *panel* (their outputs, as saved). */
+function liveViews(panel: NotebookPanel): number {
+  let count = 0;
+  for (const cell of panel.content.widgets) {
+    if (cell instanceof CodeCell) {
+      const outputs = cell.model.outputs;
+      for (let i = 0; i < outputs.length; i++) {
+        const data = outputs.get(i).data;
+        count += WIDGET_MIME in data && noteOf(data) !== null ? 1 : 0;
+      }
+    }
+  }
+  return count;
+}
+
 /** Replace every live view whose model is gone by the kernel's note on its run. */
-export function showNotesForMissing(panel: NotebookPanel): number {
+export function showNotesForMissing(panel: NotebookPanel, noKernel = false): number {
   const current = panel.sessionContext.session?.kernel?.id;
   let replaced = 0;
   for (const cell of panel.content.widgets) {
@@ -69,9 +107,12 @@ export function showNotesForMissing(panel: NotebookPanel): number {
     for (let i = 0; i < outputs.length && i < area.widgets.length; i++) {
       const data = outputs.get(i).data;
       const note = WIDGET_MIME in data ? noteOf(data) : null;
+      const node = area.widgets[i].node;
       if (
         note === null ||
-        !modelGone(note, area.widgets[i].node.textContent ?? '', current)
+        // still showing the run's end (its kernel just shut down): a save freezes it
+        node.querySelector('.dn-live-final[data-html]') !== null ||
+        !modelGone(note, node.textContent ?? '', current, noKernel)
       ) {
         continue;
       }
@@ -93,16 +134,30 @@ export function showNotesForMissing(panel: NotebookPanel): number {
 /** Watch *panel* for a live view whose model is missing (checked once things settle). */
 function watchMissing(panel: NotebookPanel): void {
   let timer: number | null = null;
-  const schedule = () => {
+  // "No Kernel" picked in the kernel dialog changes nothing in the panel: while a live
+  // view is left and the notebook has no session, look again each second, a while.
+  let retries = 0;
+  const check = async (): Promise<void> => {
+    if (panel.isDisposed || liveViews(panel) === 0) {
+      return;
+    }
+    const none = await sessionless(panel).catch(() => false);
+    showNotesForMissing(panel, none);
+    if (panel.sessionContext.session === null && liveViews(panel) > 0 && retries < 60) {
+      retries += 1;
+      schedule(1000);
+    }
+  };
+  const schedule = (delay = 300) => {
     if (timer === null) {
       timer = window.setTimeout(() => {
         timer = null;
-        showNotesForMissing(panel);
-      }, 300);
+        void check();
+      }, delay);
     }
   };
-  const observer = new MutationObserver(schedule);
-  panel.sessionContext.kernelChanged.connect(schedule);
+  const observer = new MutationObserver(() => schedule());
+  panel.sessionContext.kernelChanged.connect(() => schedule());
   observer.observe(panel.content.node, {
     childList: true,
     subtree: true,
