@@ -17,7 +17,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,9 @@ log = logging.getLogger("dist_notebook")
 
 Statements = list[tuple[str, Sequence[Any]]]
 # Makes a write's statements on the connection, when it is written (a job of the
-# backlog may read the store then: close_orphans looks at the clusters of that moment).
-Job = Callable[[sqlite3.Connection], Statements]
+# backlog may read the store then: close_orphans looks at the clusters of that moment;
+# a generator may read what its earlier statements wrote: append_rows, their seqs).
+Job = Callable[[sqlite3.Connection], Iterable[tuple[str, Sequence[Any]]]]
 
 MAX_HELD_BYTES = 64 << 20  # records kept in memory while the store is locked
 STATE_BYTES = 256  # what one state change or event holds, about

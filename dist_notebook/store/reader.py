@@ -55,6 +55,7 @@ class StoreReader:
         self.path = path or store_path()
         self._conn = connect(self.path, create=False)
         self._sys_columns: bool | None = None
+        self._recent_column: bool | None = None  # metrics_ranks has "recent" (writer.py)
         self._node_column: bool | None = None
 
     def close(self) -> None:
@@ -212,9 +213,11 @@ class StoreReader:
         limit: int | None = None,
         rank: int | None = None,
         last: int | None = None,
+        seqs: str | None = None,
     ) -> list[tuple[int, Record]]:
         """(seq, Record) after sequence number *since*, in order (one rank's, if given);
-        with *last*, only the newest *last* of them, newest first."""
+        with *last*, only the newest *last* of them, newest first; with *seqs* (a JSON
+        list), only those."""
         if self._sys_columns is None:
             self._sys_columns = {"step_time", "comm_time", "samples", "gpu"} <= metrics_columns(
                 self._conn
@@ -227,6 +230,9 @@ class StoreReader:
             " WHERE run_id = ? AND seq > ?"
         )
         params: tuple[Any, ...] = (run_id, since)
+        if seqs is not None:
+            sql += " AND seq IN (SELECT value FROM json_each(?))"
+            params += (seqs,)
         if rank is not None:
             sql += " AND rank = ?"
             params += (rank,)
@@ -256,10 +262,11 @@ class StoreReader:
         """The run's derived measures (dist_notebook.protocol), from the store.
 
         Each rank's count, first and last step and last loss come from the facts the
-        writer keeps beside the records (``metrics_ranks``), its last WINDOW records from
-        the rank index: a few small reads per rank, whatever the run's length (a 64-rank
-        run of 10^6 records: tens of ms). A run written without the facts (an older
-        store) is counted and scanned instead.
+        writer keeps beside the records (``metrics_ranks``), its last WINDOW records by
+        the sequence numbers kept there: a few small reads per rank, whatever the run's
+        length (a 64-rank run of 10^6 records: tens of ms). A run written without them
+        (an older version's) reads them by the rank index of its store, or is counted and
+        scanned.
         """
         run = self.run(run_id)
         if run is None:
@@ -268,11 +275,12 @@ class StoreReader:
         facts = self._facts(run_id)
         out = []
         for rank in (r["rank"] for r in run["ranks"]):
-            recent = self._recent(run_id, rank)
             fact = facts.get(rank)
+            seqs = fact[4] if fact else None
+            recent = self._recent_by_seq(run_id, rank, seqs) if seqs else self._recent(run_id, rank)
             if fact is None and recent:  # records without facts: count them
                 fact = self._count(run_id, rank)
-            records, first_step, last_step, last_loss = fact or (0, None, None, None)
+            records, first_step, last_step, last_loss = (fact or (0, None, None, None))[:4]
             out.append(
                 protocol.summarize_rank(
                     rank,
@@ -287,15 +295,23 @@ class StoreReader:
         return protocol.summarize_run(run_id, run["state"], run["steps"], out)
 
     def _facts(self, run_id: str) -> dict[int, tuple[Any, ...]]:
+        """Each rank's (records, first_step, last_step, last_loss, recent)."""
         try:
+            if self._recent_column is None:
+                self._recent_column = "recent" in columns(self._conn, "metrics_ranks")
+            recent = "recent" if self._recent_column else "NULL"
             rows = self._conn.execute(
-                "SELECT rank, records, first_step, last_step, last_loss FROM metrics_ranks"
-                " WHERE run_id = ?",
+                "SELECT rank, records, first_step, last_step, last_loss,"
+                f" {recent} FROM metrics_ranks WHERE run_id = ?",
                 (run_id,),
             ).fetchall()
         except sqlite3.OperationalError:  # a store no writer of this version has opened
             return {}
         return {row[0]: tuple(row)[1:] for row in rows}
+
+    def _recent_by_seq(self, run_id: str, rank: int, seqs: str) -> list[Record]:
+        """The rank's records of sequence numbers *seqs* (a JSON list), oldest first."""
+        return [rec for _, rec in self._record_rows(run_id, rank=rank, seqs=seqs)]
 
     def _count(self, run_id: str, rank: int) -> tuple[Any, ...]:
         facts = self._query(

@@ -12,12 +12,13 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain, groupby
 from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..protocol import (
+    WINDOW,
     ClusterState,
     EngineState,
     Record,
@@ -29,7 +30,7 @@ from ..protocol import (
 )
 from . import deleting
 from .backlog import Statements
-from .queued import QueuedWriter, Rows, StoreError, fixed
+from .queued import QueuedWriter, Rows, StoreError
 
 # Cluster states with processes that a kernel still owns.
 LIVE_CLUSTER = ("new", "starting", "ready", "degraded", "restarting", "stopping")
@@ -46,13 +47,15 @@ ROWS_PER_INSERT = 50
 _INSERT_RECORDS = _INSERT_RECORD + ", (?, ?, ?, ?, ?, ?, ?, ?, ?)" * (ROWS_PER_INSERT - 1)
 _FIELDS = 9
 _UPSERT_FACTS = (
-    "INSERT INTO metrics_ranks (run_id, rank, records, first_step, last_step, last_loss)"
-    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rank) DO UPDATE SET"
+    "INSERT INTO metrics_ranks (run_id, rank, records, first_step, last_step, last_loss, recent)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rank) DO UPDATE SET"
     " records = records + excluded.records,"
     " first_step = COALESCE(first_step, excluded.first_step),"
     " last_step = COALESCE(excluded.last_step, last_step),"
-    " last_loss = COALESCE(excluded.last_loss, last_loss)"
+    " last_loss = COALESCE(excluded.last_loss, last_loss),"
+    " recent = excluded.recent"
 )
+_RECENT = "SELECT rank, recent FROM metrics_ranks WHERE run_id = ?"
 
 _RANK = attrgetter("rank")
 _ROW_RANK = itemgetter(1)
@@ -154,6 +157,76 @@ def _ended_cluster_statements() -> Statements:
             (time.time(), before),
         ),
     ]
+
+
+class MetricRows:
+    """A run's records not yet stored, as the store's rows and each rank's facts (count,
+    first and last step, last finite loss): what the collector keeps between flushes in
+    place of the records, which it drops once the live view and the sinks have them. Made
+    as the records come (a message at a time), written by ``StoreWriter.append_rows``."""
+
+    __slots__ = ("run_id", "rows", "facts", "size")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.rows: list[tuple[Any, ...]] = []
+        self.facts: dict[int, list[Any]] = {}
+        self.size = 0  # bytes, about, as the backlog counts them
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, records: list[Record], texts: Sequence[str | None] | None = None) -> None:
+        """Add *records* (in the order they came; *texts* as in ``append_metrics``)."""
+        if not records:
+            return
+        run_id = self.run_id
+        if texts is None:
+            datas = list(map(_json, [r.metrics for r in records]))
+        else:
+            pairs = zip(records, texts, strict=True)
+            datas = [_json(r.metrics) if t is None else t for r, t in pairs]
+        self.rows.extend(
+            (run_id, r.rank, r.step, r.time, d, r.step_time, r.comm_time, r.samples, None)
+            if r.gpu is None
+            else (
+                run_id,
+                r.rank,
+                r.step,
+                r.time,
+                d,
+                r.step_time,
+                r.comm_time,
+                r.samples,
+                _json(r.gpu),
+            )
+            for r, d in zip(records, datas, strict=True)
+        )
+        self.size += 96 * len(records) + sum(map(len, datas))
+        facts = self.facts
+        first = records[0].rank
+        # A rank's batch (what a message holds) is one group; mixed ranks are grouped.
+        groups: Iterable[tuple[int, Any]] = (
+            ((first, records),)
+            if all(r.rank == first for r in records)
+            else groupby(sorted(records, key=_RANK), _RANK)
+        )
+        for rank, run in groups:
+            group = run if type(run) is list else list(run)
+            fact = facts.get(rank)
+            if fact is None:
+                fact = facts[rank] = [run_id, rank, 0, None, None, None]
+            fact[2] += len(group)
+            steps = [r.step for r in group if r.step is not None]
+            if steps:
+                if fact[3] is None:
+                    fact[3] = steps[0]
+                fact[4] = steps[-1]
+            for r in reversed(group):
+                loss = r.metrics.get("loss")
+                if loss is not None and -math.inf < loss < math.inf:
+                    fact[5] = loss
+                    break
 
 
 class StoreWriter(QueuedWriter):
@@ -308,63 +381,51 @@ class StoreWriter(QueuedWriter):
         same transaction, so they always agree with the records stored. *texts*, when
         given, holds each record's metrics as that JSON already (``columns.read`` makes
         them a column at a time), None where it does not."""
-        records = records if type(records) is list else list(records)
-        if not records:
+        rows = MetricRows(run_id)
+        rows.add(records if type(records) is list else list(records), texts)
+        self.append_rows(rows)
+
+    def append_rows(self, rows: MetricRows) -> None:
+        """``append_metrics`` of the records *rows* was made from."""
+        if not rows.rows:
             return
-        if texts is None:
-            datas = list(map(_json, [r.metrics for r in records]))
-        else:
-            pairs = zip(records, texts, strict=True)
-            datas = [_json(r.metrics) if t is None else t for r, t in pairs]
-        rows = [
-            (run_id, r.rank, r.step, r.time, d, r.step_time, r.comm_time, r.samples, None)
-            if r.gpu is None
-            else (
-                run_id,
-                r.rank,
-                r.step,
-                r.time,
-                d,
-                r.step_time,
-                r.comm_time,
-                r.samples,
-                _json(r.gpu),
-            )
-            for r, d in zip(records, datas, strict=True)
-        ]
         # Inserted rank by rank (a stable sort: each rank's records keep their order, and
         # their seq): the rank index (run_id, rank, seq) then grows at one place per rank
         # and flush instead of at every message's, 0.4-1 us less a record (10 a message).
-        # The records are sorted alike (the same keys, stable: the same order), so each
-        # rank's facts are made once a flush, not once a message.
-        rows.sort(key=_ROW_RANK)
-        size = 96 * len(rows) + sum(map(len, datas))
-        facts: dict[int, list[Any]] = {}
-        for rank, run in groupby(sorted(records, key=_RANK), _RANK):
-            group = list(run)
-            fact = facts.get(rank)
-            if fact is None:
-                fact = facts[rank] = [run_id, rank, 0, None, None, None]
-            fact[2] += len(group)
-            steps = [r.step for r in group if r.step is not None]
-            if steps:
-                if fact[3] is None:
-                    fact[3] = steps[0]
-                fact[4] = steps[-1]
-            for r in reversed(group):
-                loss = r.metrics.get("loss")
-                if loss is not None and -math.inf < loss < math.inf:
-                    fact[5] = loss
-                    break
-        full = len(rows) - len(rows) % ROWS_PER_INSERT
-        flat = list(chain.from_iterable(rows[:full]))
+        ordered = sorted(rows.rows, key=_ROW_RANK)
+        full = len(ordered) - len(ordered) % ROWS_PER_INSERT
+        flat = list(chain.from_iterable(ordered[:full]))
         step = ROWS_PER_INSERT * _FIELDS
-        stmts: Statements = [
+        inserts: Statements = [
             (_INSERT_RECORDS, Rows(tuple(flat[i : i + step]) for i in range(0, len(flat), step))),
-            (_INSERT_RECORD, Rows(rows[full:])),
-            (_UPSERT_FACTS, Rows(tuple(f) for f in facts.values())),
+            (_INSERT_RECORD, Rows(ordered[full:])),
         ]
-        self._submit(fixed(stmts), records=len(records), size=size, run_id=run_id)
+        ends: dict[int, int] = {}  # each rank's rows end here in *ordered* (a block each)
+        for i, row in enumerate(ordered):
+            ends[row[1]] = i + 1
+        run_id, facts, n = rows.run_id, rows.facts, len(ordered)
+
+        def job(conn: sqlite3.Connection) -> Iterator[tuple[str, Sequence[Any]]]:
+            yield from inserts
+            # The rows just inserted took consecutive seqs (AUTOINCREMENT, one
+            # transaction), in *ordered*'s order, ending at the last one inserted.
+            first = conn.execute("SELECT last_insert_rowid()").fetchone()[0] - n + 1
+            before: dict[int, list[int]] | None = None
+            upserts = []
+            start = 0
+            for rank, end in ends.items():
+                seqs = list(range(first + max(start, end - WINDOW), first + end))
+                if len(seqs) < WINDOW:  # the rest of its last WINDOW from earlier flushes
+                    if before is None:
+                        before = {
+                            r: json.loads(t) for r, t in conn.execute(_RECENT, (run_id,)) if t
+                        }
+                    seqs = before.get(rank, [])[len(seqs) - WINDOW :] + seqs
+                upserts.append((*facts[rank], json.dumps(seqs, separators=(",", ":"))))
+                start = end
+            yield (_UPSERT_FACTS, Rows(upserts))
+
+        self._submit(job, records=n, size=rows.size, run_id=run_id)
 
     # deleting ---------------------------------------------------------------
     def delete_runs(self, run_ids: Sequence[str]) -> int:

@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 import zmq
@@ -30,6 +29,7 @@ import zmq
 from .. import columns, protocol
 from ..metrics import RunMetrics
 from ..store import StoreError, StoreWriter
+from ..store.writer import MetricRows
 
 log = logging.getLogger("dist_notebook")
 FLUSH_EVERY = 0.2  # seconds between batched writes to the run store
@@ -111,9 +111,9 @@ class Collector:
         self._socket.setsockopt(zmq.LINGER, 0)
         port = self._socket.bind_to_random_port(f"tcp://{ip}")
         self.endpoint = f"tcp://{ip}:{port}"
-        self._pending: list[protocol.Record] = []
-        # Each pending record's metrics as the store's JSON text, or None (writer.py's).
-        self._texts: list[str | None] = []
+        # The records not yet stored, as the store's rows: the records themselves are
+        # dropped once the live view and the sinks have them.
+        self._pending = MetricRows(run_id)
         self._stop = threading.Event()
         self._ended_event = threading.Condition()
         self._thread = threading.Thread(
@@ -138,8 +138,8 @@ class Collector:
             if batch:
                 self.received += len(batch)
                 self.metrics.add(batch)
-                self._pending.extend(batch)
                 self._feed_sinks(batch)
+            del batch  # the records: what waits for the store is its rows
             if ends:  # said once the rank's records are in: wait_for_ends sees them all
                 with self._ended_event:
                     self.ended.update(ends)
@@ -173,7 +173,7 @@ class Collector:
             return []
         if end:
             ends.append(rank)
-        self._texts.extend(texts or repeat(None, len(records)))
+        self._pending.add(records, texts)
         return records
 
     def _feed_sinks(self, batch: list[protocol.Record]) -> None:
@@ -186,20 +186,18 @@ class Collector:
 
     def _flush(self) -> None:
         if not self._pending or self.writer is None:
-            self._pending.clear()
-            self._texts.clear()
+            self._pending = MetricRows(self.run_id)
             return
-        batch, self._pending = self._pending, []
-        texts, self._texts = self._texts, []
         try:
-            self.writer.append_metrics(self.run_id, batch, texts)
+            self.writer.append_rows(self._pending)
         except StoreError as e:
-            # Never stop training over the store: keep the records in memory, say so once.
+            # Never stop training over the store: keep the records in memory (the next
+            # flush tries them again, with what came since), say so once.
             if self.store_error is None:
                 log.warning("%s", e)
             self.store_error = str(e)
-            self._pending = batch + self._pending
-            self._texts = texts + self._texts
+            return
+        self._pending = MetricRows(self.run_id)
 
     def wait_for_ends(self, ranks: set[int], timeout: float) -> set[int]:
         """Wait until *ranks* sent their end marker; return the ranks still missing."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from dist_notebook import protocol
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreError, StoreReader, StoreWriter
+from dist_notebook.store.schema import ensure_schema
 
 
 @pytest.fixture
@@ -178,10 +181,118 @@ def test_a_flush_of_interleaved_ranks_is_stored_rank_by_rank_in_order(
         for r in ranks:
             assert by_rank[r].records == 100
         facts = reader._facts("r1")
-        assert facts[1] == (100, 0, 99, 1.0 + 1.0 / 100)
-        assert facts[2] == (100, 0, 99, 2.0 + 1.0 / 99)  # its last loss is NaN
+        assert facts[1][:4] == (100, 0, 99, 1.0 + 1.0 / 100)
+        assert facts[2][:4] == (100, 0, 99, 2.0 + 1.0 / 99)  # its last loss is NaN
+        for r in ranks:  # the seqs of its last WINDOW records, which the summary reads
+            mine = [seq for seq, rec in rows if rec.rank == r]
+            assert json.loads(facts[r][4]) == mine[-protocol.WINDOW :]
     finally:
         reader.close()
+
+
+def _recent_by_scan(reader: StoreReader, run_id: str, rank: int) -> list[tuple[Any, ...]]:
+    mine = [rec for _, rec in reader.record_rows(run_id) if rec.rank == rank]
+    return [(r.step, r.time, r.metrics.get("loss")) for r in mine[-protocol.WINDOW :]]
+
+
+def test_the_summary_reads_each_ranks_last_records_across_flushes_and_runs(
+    writer: StoreWriter,
+) -> None:
+    """Flushes of a few records a rank (fewer than WINDOW), ranks missing from some
+    flushes, another run's records written between them: each rank's last WINDOW records
+    in the summary are exactly its last WINDOW stored, and no other rank's or run's."""
+    ranks = list(range(6))
+    for run in ("r1", "r2"):
+        writer.add_run(run, name=run, cluster_id="c1", ranks=ranks, steps=None, code="")
+    step = {(run, r): 0 for run in ("r1", "r2") for r in ranks}
+    for flush in range(40):
+        for run in ("r1", "r2"):
+            batch = []
+            for r in ranks:
+                if (flush + r) % 3 == 0 and r != 0:  # this rank sent nothing this flush
+                    continue
+                for _ in range(1 + (flush * 7 + r) % 5 if r != 5 else 23):
+                    s = step[run, r]
+                    loss = 1000.0 * (run == "r2") + r + 1.0 / (s + 1)
+                    batch.append(Record(rank=r, step=s, time=float(s), metrics={"loss": loss}))
+                    step[run, r] = s + 1
+            writer.append_metrics(run, batch)
+    reader = StoreReader(writer.path)
+    try:
+        for run in ("r1", "r2"):
+            summary = reader.summary(run)
+            assert summary is not None
+            for r in ranks:
+                got = reader._recent_by_seq(run, r, reader._facts(run)[r][4])
+                assert [(x.step, x.time, x.metrics.get("loss")) for x in got] == _recent_by_scan(
+                    reader, run, r
+                )
+                assert len(got) == protocol.WINDOW
+            by_rank = {x.rank: x for x in summary.ranks}
+            assert [by_rank[r].records for r in ranks] == [step[run, r] for r in ranks]
+    finally:
+        reader.close()
+
+
+def test_a_store_made_before_the_recent_seqs_keeps_its_summaries(tmp_path: Path) -> None:
+    """A store of the previous layout (facts without "recent", the rank index): a writer
+    of this version adds the column, the older run's summary is read by the index, the
+    new run's by the seqs; a new store has no rank index (its cost on every record)."""
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    ensure_schema(conn)
+    conn.executescript(
+        "CREATE INDEX metrics_by_rank ON metrics (run_id, rank, seq);"
+        "CREATE TABLE metrics_ranks (run_id TEXT NOT NULL, rank INTEGER NOT NULL,"
+        " records INTEGER NOT NULL, first_step INTEGER, last_step INTEGER, last_loss REAL,"
+        " PRIMARY KEY (run_id, rank));"
+    )
+    conn.execute(
+        "INSERT INTO runs (id, name, cluster_id, state, started, steps, code)"
+        " VALUES ('old', 'old', 'c1', 'done', 1.0, NULL, '')"
+    )
+    conn.execute("INSERT INTO run_ranks (run_id, rank, state) VALUES ('old', 0, 'done')")
+    for s in range(50):
+        conn.execute(
+            "INSERT INTO metrics (run_id, rank, step, time, data) VALUES ('old', 0, ?, ?, ?)",
+            (s, float(s), json.dumps({"loss": 1.0 / (s + 1)})),
+        )
+    conn.execute("INSERT INTO metrics_ranks VALUES ('old', 0, 50, 0, 49, 0.02)")
+    conn.commit()
+    conn.close()
+    w = StoreWriter(path)
+    try:
+        w.add_cluster(
+            "c1", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+        )
+        w.add_run("new", name="new", cluster_id="c1", ranks=[0], steps=None, code="")
+        w.append_metrics(
+            "new", [Record(rank=0, step=s, time=float(s), metrics={"loss": 2.0}) for s in range(30)]
+        )
+        reader = StoreReader(path)
+        try:
+            for run, last in (("old", 49), ("new", 29)):
+                summary = reader.summary(run)
+                assert summary is not None, run
+                assert summary.ranks[0].records == last + 1 and summary.ranks[0].last_step == last
+                got = reader._recent(run, 0)
+                assert [x.step for x in got] == list(range(last + 1 - protocol.WINDOW, last + 1))
+            assert reader._facts("old")[0][4] is None and reader._facts("new")[0][4]
+        finally:
+            reader.close()
+    finally:
+        w.close()
+    fresh = StoreWriter(tmp_path / "new.sqlite")
+    try:
+        fresh.add_cluster(
+            "c1", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
+        )
+        names = {
+            r[0] for r in fresh._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+        assert "metrics_by_rank" not in names and "metrics_by_run" in names, names
+    finally:
+        fresh.close()
 
 
 def test_reader_without_a_store_names_the_fix(tmp_path: Path) -> None:
