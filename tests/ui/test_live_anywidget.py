@@ -107,6 +107,13 @@ def save(page) -> None:  # type: ignore[no-untyped-def]
     )
 
 
+def save_now(page) -> None:  # type: ignore[no-untyped-def]
+    """Save the current notebook and return once the server has written it (a page whose
+    model is not dirty, as a reloaded one after the run's end, would pass save()'s wait
+    before the write)."""
+    page.evaluate("async () => { await window.jupyterapp.shell.currentWidget.context.save(); }")
+
+
 Y_LABELS = """(view) => Array.from(
   view.querySelectorAll("g.dn-chart-tick[data-key^='y'] text")).map(t => t.textContent)"""
 

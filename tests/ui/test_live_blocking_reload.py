@@ -31,6 +31,7 @@ from .test_live_anywidget import (
     cpu_hogs,
     end_run,
     open_notebook,
+    save_now,
     until_ended,
 )
 
@@ -93,7 +94,9 @@ def test_a_reload_and_a_second_tab_during_a_blocking_cell_get_the_chart_back(  #
         expect(live.locator("path.dn-chart-line[data-rank='1']")).to_have_attribute(
             "d", LINE_DRAWN, timeout=120_000
         )
-        command(page, "docmanager:save")  # as an autosave: the file holds the live view
+        # as an autosave: the file holds the live view (written before the reload: a
+        # reload that came first loaded the file without outputs, and no live view)
+        save_now(page)
         page.reload(timeout=90_000)
         figures["reload_s"], live = chart_back(page, "reloaded")
         figures["step_at_reload_drawn"] = step_of(live)

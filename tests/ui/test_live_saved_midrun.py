@@ -50,6 +50,7 @@ from .test_live_anywidget import (
     end_run,
     open_notebook,
     read_saved,
+    save_now,
     until_ended,
 )
 
@@ -90,13 +91,6 @@ def trusted(page, name: str) -> bool:  # type: ignore[no-untyped-def]
             name,
         )
     )
-
-
-def save_now(page) -> None:  # type: ignore[no-untyped-def]
-    """Save the current notebook and return once the server has written it (a page whose
-    model is not dirty, as a reloaded one after the run's end, would pass save()'s wait
-    before the write)."""
-    page.evaluate("async () => { await window.jupyterapp.shell.currentWidget.context.save(); }")
 
 
 def run_state(lab, name: str) -> str | None:  # type: ignore[no-untyped-def]
