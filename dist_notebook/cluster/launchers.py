@@ -32,7 +32,7 @@ from ipyparallel.cluster.launcher import (
     SSHEngineSetLauncher,
     sshx,
 )
-from traitlets import Bool, Dict, List, Unicode, default
+from traitlets import Bool, Dict, Integer, List, Unicode, default
 
 from .. import envvars, privates
 from ..engine.parent import ENV_VAR as PARENT_ENV
@@ -195,6 +195,13 @@ class RankSSHEngineLauncher(SSHEngineLauncher):
         return env
 
     def start(self, hostname=None, user=None, port=None):  # type: ignore[no-untyped-def]
+        deferred = getattr(self.parent, "deferred", None)
+        if deferred is not None:  # the set starts its engines together (start_together)
+            # Bound on this thread, as a start here would: the exit-waiting thread calls
+            # back through it.
+            self.loop  # noqa: B018
+            deferred.append((self, {"hostname": hostname, "user": user, "port": port}))
+            return None
         if not self.shared_filesystem:
             return super().start(hostname=hostname, user=user, port=port)
         # ipyparallel checks python, creates the profile and copies files first (three
@@ -277,8 +284,66 @@ def ssh_config_args() -> list[str]:
     return ["-F", path] if path else []
 
 
+def start_together(starts: list[tuple[Any, dict[str, Any]]], per_host: int) -> None:
+    """Start ssh engine launchers (each with its ``start`` arguments) all hosts at once,
+    at most *per_host* of a host at a time; a host's first one alone first when it copies
+    the connection files the others then read. Raises the first start's error, once every
+    start has ended (those that started are the set's to stop, as after a sequential
+    start that failed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    by_host: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for launcher, kwargs in starts:
+        by_host.setdefault(launcher.identifier.rpartition("/")[0], []).append((launcher, kwargs))
+    errors: list[BaseException] = []
+
+    def one(item: tuple[Any, dict[str, Any]]) -> None:
+        launcher, kwargs = item
+        try:
+            launcher.start(**kwargs)
+        except Exception as e:  # kept, raised once all the others have ended
+            errors.append(e)
+
+    def host(items: list[tuple[Any, dict[str, Any]]]) -> None:
+        if not items[0][0].shared_filesystem:
+            one(items[0])
+            items = items[1:]
+        with ThreadPoolExecutor(max(1, min(per_host, len(items)))) as pool:
+            list(pool.map(one, items))
+
+    if by_host:
+        with ThreadPoolExecutor(len(by_host)) as pool:
+            list(pool.map(host, by_host.values()))
+    if errors:
+        raise errors[0]
+
+
 class RankSSHEngineSetLauncher(SSHEngineSetLauncher):
     """Engines over ssh, ``engines = {host: count}`` in host order (node order)."""
+
+    parallel_per_host = Integer(
+        8,
+        config=True,
+        help="""Engines of one host whose ssh connections start at once.
+
+        sshd's MaxStartups (10 by default) begins refusing connections beyond 10 that are
+        not yet authenticated; raise it with the host's MaxStartups.""",
+    )
+    # While start() runs: the engines' launchers, built by ipyparallel's loop, not yet
+    # started (RankSSHEngineLauncher.start puts itself here).
+    deferred: list[tuple[Any, dict[str, Any]]] | None = None
+
+    def start(self, n):  # type: ignore[no-untyped-def]
+        # ipyparallel's start builds and starts each engine one ssh round trip after
+        # another (1-5 s each on a busy host: the last of 32 engines on 4 hosts came
+        # 140 s after the first). Its loop builds them; they start together after it.
+        self.deferred = []
+        try:
+            keys = super().start(n)
+        finally:
+            starts, self.deferred = self.deferred, None
+        start_together(starts, self.parallel_per_host)
+        return keys
 
     @default("ssh_args")
     def _ssh_args(self) -> list[str]:
