@@ -118,6 +118,21 @@ Y_LABELS = """(view) => Array.from(
   view.querySelectorAll("g.dn-chart-tick[data-key^='y'] text")).map(t => t.textContent)"""
 
 
+def wait_for_history(page, step: int) -> None:  # type: ignore[no-untyped-def]
+    """Wait until rank 0's line in the live view has the run's history drawn again after a
+    reload (half the points of its first *step* steps, at most 50), not only what came
+    after it."""
+    page.wait_for_function(
+        """(want) => {
+          const path = document.querySelector(".dn-live path.dn-chart-line[data-rank='0']");
+          const d = path ? path.getAttribute('d') || '' : '';
+          return d.split(/[ML]/).filter(Boolean).length >= want;
+        }""",
+        arg=min(step, 100) // 2,
+        timeout=30_000,
+    )
+
+
 def decimals(label: str) -> int:
     return len(label.split(".")[1]) if "." in label else 0
 
@@ -206,15 +221,7 @@ def test_without_the_labextension_the_chart_draws_and_a_reload_gets_it_back(  # 
     expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(len(CELLS), timeout=60_000)
     usable = time.monotonic()
     # the history, not only what came after the reload: the first steps are drawn again
-    page.wait_for_function(
-        """(want) => {
-          const path = document.querySelector(".dn-live path.dn-chart-line[data-rank='0']");
-          const d = path ? path.getAttribute('d') || '' : '';
-          return d.split(/[ML]/).filter(Boolean).length >= want;
-        }""",
-        arg=min(step_before, 100) // 2,
-        timeout=30_000,
-    )
+    wait_for_history(page, step_before)
     back = time.monotonic() - usable
     (ARTIFACTS / "noext-reload-seconds.txt").write_text(f"{back:.2f}\n")
     live = cell(page, 2).locator(".dn-live")

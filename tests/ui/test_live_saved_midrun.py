@@ -52,6 +52,7 @@ from .test_live_anywidget import (
     read_saved,
     save_now,
     until_ended,
+    wait_for_history,
 )
 
 expect.set_options(timeout=20_000)
@@ -216,15 +217,7 @@ def test_a_file_saved_mid_run_reopens_as_the_runs_note(  # type: ignore[no-untyp
         page.reload(timeout=90_000)
         page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
         expect(page.locator(".jp-NotebookPanel .jp-Cell")).to_have_count(3, timeout=60_000)
-        page.wait_for_function(
-            """(want) => {
-              const path = document.querySelector(".dn-live path.dn-chart-line[data-rank='0']");
-              const d = path ? path.getAttribute('d') || '' : '';
-              return d.split(/[ML]/).filter(Boolean).length >= want;
-            }""",
-            arg=min(step, 100) // 2,
-            timeout=30_000,
-        )
+        wait_for_history(page, step)
         expect(cell(page, 2).locator(".dist-notebook-saved-note")).to_have_count(0)
         assert run_state(lab, "noext") == "running"
         cell(page, 2).locator(".dn-live").scroll_into_view_if_needed()
