@@ -16,12 +16,12 @@ import pytest
 from traitlets.config import Config
 
 from dist_notebook import envvars
-from dist_notebook.cluster.launchers import RankSSHEngineSetLauncher
+from dist_notebook.cluster.launchers import SSH_CONFIG_ENV, RankSSHEngineSetLauncher
 
 STAND_IN = """
 import os, sys, time
 script = sys.stdin.read()
-host = [a for a in sys.argv[1:] if not a.startswith("-")][0]
+host = sys.argv[sys.argv.index("--") - 1]  # ssh [options] host -- command
 began = time.monotonic()
 time.sleep(float(os.environ["STAND_IN_DELAY"]))
 if "nohup" in script:  # a start (not the exit-waiting thread's look)
@@ -50,6 +50,9 @@ def start(
     log = tmp_path / "starts.log"
     monkeypatch.setenv("STAND_IN_LOG", str(log))
     monkeypatch.setenv("STAND_IN_DELAY", "0.4")
+    # The engines' ssh options as a user without a client config of ours has them (the
+    # multinode tests' session points them at their test hosts' config).
+    monkeypatch.delenv(SSH_CONFIG_ENV, raising=False)
     (tmp_path / "profile" / "log").mkdir(parents=True)
     launcher = RankSSHEngineSetLauncher(
         engines=engines,
