@@ -32,7 +32,7 @@ from __future__ import annotations
 import html
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..store import StoreError, StoreReader, store_path
@@ -91,19 +91,26 @@ def _anywidget_names() -> dict[str, str]:
     return {n: str(traits[n].default_value) for n in names}
 
 
-def live_outputs(nb: dict[str, Any]) -> dict[str, str]:
-    """model id -> note, for each live-view output of ours in notebook *nb*."""
-    found = {}
+def _ours(nb: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(output, its data, its HTML) of each live-view output of ours in notebook *nb*: a
+    widget view with the kernel's note beside it."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
         for out in cell.get("outputs", []):
             data = out.get("data") or {}
-            view = data.get(WIDGET_VIEW)
-            if not isinstance(view, dict) or not view.get("model_id"):
-                continue
-            if NOTE_CLASS in _text(data.get("text/html")):
-                found[str(view["model_id"])] = _note(data)
+            markup = _text(data.get("text/html"))
+            if WIDGET_VIEW in data and NOTE_CLASS in markup:
+                yield out, data, markup
+
+
+def live_outputs(nb: dict[str, Any]) -> dict[str, str]:
+    """model id -> note, for each live-view output of ours in notebook *nb*."""
+    found = {}
+    for _out, data, _markup in _ours(nb):
+        view = data[WIDGET_VIEW]
+        if isinstance(view, dict) and view.get("model_id"):
+            found[str(view["model_id"])] = _note(data)
     return found
 
 
@@ -145,16 +152,11 @@ def ended_bundle(row: dict[str, Any]) -> dict[str, str]:
 def end_notes(nb: dict[str, Any], ended: EndedRuns = ended_runs) -> int:
     """Save each live output of ours in *nb* whose run ended as the end's note; the
     number of outputs changed."""
-    found: list[tuple[dict[str, Any], str]] = []
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
-        for out in cell.get("outputs", []):
-            data = out.get("data") or {}
-            markup = _text(data.get("text/html"))
-            run = _RUN.search(markup)
-            if WIDGET_VIEW in data and NOTE_CLASS in markup and run:
-                found.append((out, html.unescape(run.group(1))))
+    found = [
+        (out, html.unescape(run.group(1)))
+        for out, _data, markup in _ours(nb)
+        if (run := _RUN.search(markup))
+    ]
     rows = ended({run_id for _out, run_id in found}) if found else {}
     changed = 0
     for out, run_id in found:
