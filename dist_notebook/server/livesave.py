@@ -25,6 +25,9 @@ running; a run of a kernel that is gone reads orphaned) is saved as a note that 
 ended, naming its state and ``load_run(...)``, without the widget's view: it opens as
 that note everywhere, with or without a kernel or widgets. (Where the labextension runs,
 the page itself puts the end's picture in first: extension/src/finalsave.ts.)
+
+A page with no kernel session never restores a widget, saved states included; for it the
+server hands the notebook out with its live views as notes (``liveload``).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ NOTE_ESM = """export default { render({ model, el }) {
 } };
 """
 _TAGS = re.compile(r"<[^>]+>")
-_RUN = re.compile(r"data-run='([^']*)'")
+RUN_ID = re.compile(r"data-run='([^']*)'")
 LIVE_STATES = ("pending", "running")
 log = logging.getLogger("dist_notebook")
 # run ids -> {run id: the store's row (name, state...)} of those the store says ended
@@ -91,7 +94,7 @@ def _anywidget_names() -> dict[str, str]:
     return {n: str(traits[n].default_value) for n in names}
 
 
-def _ours(nb: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
+def our_views(nb: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any], str]]:
     """(output, its data, its HTML) of each live-view output of ours in notebook *nb*: a
     widget view with the kernel's note beside it."""
     for cell in nb.get("cells", []):
@@ -107,7 +110,7 @@ def _ours(nb: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any], 
 def live_outputs(nb: dict[str, Any]) -> dict[str, str]:
     """model id -> note, for each live-view output of ours in notebook *nb*."""
     found = {}
-    for _out, data, _markup in _ours(nb):
+    for _out, data, _markup in our_views(nb):
         view = data[WIDGET_VIEW]
         if isinstance(view, dict) and view.get("model_id"):
             found[str(view["model_id"])] = _note(data)
@@ -154,8 +157,8 @@ def end_notes(nb: dict[str, Any], ended: EndedRuns = ended_runs) -> int:
     number of outputs changed."""
     found = [
         (out, html.unescape(run.group(1)))
-        for out, _data, markup in _ours(nb)
-        if (run := _RUN.search(markup))
+        for out, _data, markup in our_views(nb)
+        if (run := RUN_ID.search(markup))
     ]
     rows = ended({run_id for _out, run_id in found}) if found else {}
     changed = 0

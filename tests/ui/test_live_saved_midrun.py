@@ -11,20 +11,23 @@ save, the run ends, and the file is saved again.
   finalsave.ts); without it, the pre-save hook saved the run's end note ("ended
   (succeeded)", ``load_run(...)``), read from the run store, with no widget view left.
 - The mid-run file, reopened once the run's kernel is gone (a new kernel starts for it):
-  the run's note, never "Loading widget..." nor "model not found". Without the
-  labextension the widget manager draws the saved note state (``.dist-notebook-saved-
-  note``); with it, the labextension sees that the output's kernel is not this one and
-  shows the output's own HTML note instead (``.dist-notebook-live-note``).
-- Both files opened with "No Kernel" picked in JupyterLab's kernel dialog, each as an
-  untrusted copy (the edit that makes the dialog ask voids the signature: the output's
-  HTML is drawn) and as a trusted one (signed again with the server's own notary: the
-  widget renderer is used, and the labextension replaces the view by the output's note):
-  the note or the picture, never a widget error. Not the trusted mid-run file without the
-  labextension (see check_without_kernel: the widget manager's own limit).
+  the run's note, never "Loading widget..." nor "model not found". The server hands it
+  out before the page's session exists, so with the run's end note from the run store and
+  no widget view (``server/liveload.py``). Reloaded once that session lives, the file
+  comes as saved: without the labextension the widget manager draws the saved note state
+  (``.dist-notebook-saved-note``), to which the server gave the run's end; with it, the
+  labextension sees that the output's kernel is not this one and shows the output's note
+  (``.dist-notebook-live-note``).
+- Opened with "No Kernel" picked in JupyterLab's kernel dialog, as untrusted copies (the
+  edit that makes the dialog ask voids the signature) and trusted ones (signed again with
+  the server's own notary): the mid-run file while the run goes shows the output's note
+  (the server hands it out so: no session), after the end the end note; the file saved
+  after the end its picture or end note. Never a widget error.
 
 Screenshots (test-artifacts/ui/): midrun-live-<mode> (the reloaded view mid-run),
-midrun-end-<mode> (its end), midrun-reopened-<mode> (the mid-run file with a new kernel),
-nokernel-{midrun,ended}-{trusted,untrusted}-<mode> (opened with "No Kernel").
+midrun-end-<mode> (its end), midrun-reopened-<mode> and midrun-reopened-session-<mode>
+(the mid-run file with a new kernel, then reloaded), nokernel-{midrun,ended}-{trusted,
+untrusted}-<mode> and nokernel-midrun-after-end-trusted-<mode> (opened with "No Kernel").
 """
 
 from __future__ import annotations
@@ -144,32 +147,44 @@ def no_widget_error(page, panel) -> None:  # type: ignore[no-untyped-def]
     expect(page.locator("body")).not_to_contain_text("model not found")
 
 
-def check_without_kernel(page, lab, mode: str, pictured: bool) -> None:  # type: ignore[no-untyped-def]
-    """Each kept file, untrusted and trusted, opened with "No Kernel": the mid-run one
-    shows the run's note, the ended one its picture or end note; no widget error."""
-    for signed in (False, True):
+def check_without_kernel(page, lab, source: str, signs: tuple[bool, ...]):  # type: ignore[no-untyped-def]
+    """Copies of *source*, untrusted and/or trusted (*signs*), opened with "No Kernel" one
+    after the other: each one's live-view cell, panel and trust, while it is in front."""
+    for signed in signs:
         trust = "trusted" if signed else "untrusted"
-        # A trusted mid-run file without the labextension is left out: with no kernel,
-        # jupyterlab_widgets (3.0.17) never restores the notebook's saved states (its
-        # restoreWidgets throws "Kernel not set" before it gets to them), so every widget
-        # view, ours included, says "Loading widget..." for good, and nothing of ours runs
-        # in that page to replace it. With the labextension it shows the output's note.
-        if not signed or mode == "labextension":
-            name = f"nokernel-mid-{trust}.ipynb"
-            (lab.root / name).write_text((lab.root / "mid.ipynb").read_text())
-            panel = open_without_kernel(page, lab, name, signed)
-            # the output's own HTML note: drawn as it is (untrusted), or put in place of
-            # the widget's view by the labextension (no kernel: no model can come)
-            note = panel.locator(".jp-Cell").nth(2).locator(".dist-notebook-live-note")
+        name = f"nokernel-{source.split('.')[0]}-{trust}.ipynb"
+        (lab.root / name).write_text((lab.root / source).read_text())
+        panel = open_without_kernel(page, lab, name, signed)
+        yield panel.locator(".jp-Cell").nth(2), panel, trust
+
+
+def midrun_without_kernel(page, lab, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """While the run goes, the mid-run file opened with "No Kernel" (no session: the server
+    hands it out as the output's note, as jupyterlab_widgets 3.0.17 never restores a widget
+    without a kernel: its restoreWidgets throws "Kernel not set", and a widget view would
+    say "Loading widget..." for good). In a second tab with a workspace of its own, so
+    that the run's page and its layout are left as they are."""
+    other = page.context.new_page()
+    try:
+        other.goto(lab.lab_url("lab/workspaces/nokernel"))
+        other.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+        other.wait_for_function("() => window.jupyterapp?.restored !== undefined", timeout=60_000)
+        other.evaluate("() => window.jupyterapp.restored.then(() => true)")
+        for out, panel, trust in check_without_kernel(other, lab, "mid.ipynb", (False, True)):
+            note = out.locator(".dist-notebook-live-note")
             expect(note).to_contain_text("dist_notebook.load_run('noext')", timeout=60_000)
             expect(note).to_contain_text("live view of a run in progress")
-            no_widget_error(page, panel)
+            no_widget_error(other, panel)
             note.scroll_into_view_if_needed()
-            shot(page, f"nokernel-midrun-{trust}-{mode}")
-        name = f"nokernel-ended-{trust}.ipynb"
-        (lab.root / name).write_text((lab.root / "ended.ipynb").read_text())
-        panel = open_without_kernel(page, lab, name, signed)
-        out = panel.locator(".jp-Cell").nth(2)
+            shot(other, f"nokernel-midrun-{trust}-{mode}")
+    finally:
+        other.close()
+
+
+def ended_without_kernel(page, lab, mode: str, pictured: bool) -> None:  # type: ignore[no-untyped-def]
+    """After the end, with "No Kernel": the file saved then shows its picture or end note,
+    and the trusted mid-run file the end note the server hands out (from the run store)."""
+    for out, panel, trust in check_without_kernel(page, lab, "ended.ipynb", (False, True)):
         shown = out.locator(".dist-notebook-run img" if pictured else f".{ENDED_CLASS}")
         expect(shown).to_be_visible(timeout=60_000)
         if not pictured:
@@ -178,6 +193,12 @@ def check_without_kernel(page, lab, mode: str, pictured: bool) -> None:  # type:
         no_widget_error(page, panel)
         shown.scroll_into_view_if_needed()
         shot(page, f"nokernel-ended-{trust}-{mode}")
+    [(out, panel, _trust)] = list(check_without_kernel(page, lab, "mid.ipynb", (True,)))
+    shown = out.locator(f".{ENDED_CLASS}")
+    expect(shown).to_contain_text("ended (succeeded)", timeout=60_000)
+    expect(shown).to_contain_text("dist_notebook.load_run('noext')")
+    no_widget_error(page, panel)
+    shot(page, f"nokernel-midrun-after-end-trusted-{mode}")
 
 
 @pytest.mark.timeout(900)
@@ -210,6 +231,7 @@ def test_a_file_saved_mid_run_reopens_as_the_runs_note(  # type: ignore[no-untyp
         assert "load_run('noext')" in states[views[0]]["state"]["note"]
         # the file as saved mid-run, kept as it is (the server trusts it as it did this one)
         (lab.root / "mid.ipynb").write_text((lab.root / NOTEBOOK).read_text())
+        midrun_without_kernel(page, lab, mode)
 
         # while the kernel lives, a reload gets the live chart back, with the run's
         # history (its first steps drawn again), not the saved note
@@ -260,14 +282,29 @@ def test_a_file_saved_mid_run_reopens_as_the_runs_note(  # type: ignore[no-untyp
     page.goto(lab.lab_url("lab/tree/mid.ipynb"))
     page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
     panel = panel_of(page, "mid.ipynb")
-    assert trusted(page, "mid.ipynb")  # JupyterLab picks the widget's renderer
-    shown = "dist-notebook-live-note" if mode == "labextension" else "dist-notebook-saved-note"
-    note = panel.locator(".jp-Cell").nth(2).locator(f".{shown}")
-    expect(note).to_contain_text("live view of a run in progress", timeout=60_000)
+    assert trusted(page, "mid.ipynb")
+    # handed out before the page's session existed: the run's end note (the store says
+    # it ended), with no widget view
+    note = panel.locator(".jp-Cell").nth(2).locator(f".{ENDED_CLASS}")
+    expect(note).to_contain_text("ended (succeeded)", timeout=60_000)
     expect(note).to_contain_text("dist_notebook.load_run('noext')")
     no_widget_error(page, panel)
     note.scroll_into_view_if_needed()
     shot(page, f"midrun-reopened-{mode}")
+    # reloaded once its new kernel's session lives: the file as saved, with the widget's
+    # view, whose model that kernel lacks; the saved note state or the labextension's note
+    page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    page.reload(timeout=90_000)
+    page.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
+    panel = panel_of(page, "mid.ipynb")
+    # (the server gave the saved state the run's end: the store says it ended)
+    shown = "dist-notebook-live-note" if mode == "labextension" else "dist-notebook-saved-note"
+    said = "live view of a run in progress" if mode == "labextension" else "ended (succeeded)"
+    note = panel.locator(".jp-Cell").nth(2).locator(f".{shown}")
+    expect(note).to_contain_text(said, timeout=60_000)
+    expect(note).to_contain_text("dist_notebook.load_run('noext')")
+    no_widget_error(page, panel)
+    shot(page, f"midrun-reopened-session-{mode}")
     command(page, "kernelmenu:shutdown")  # the files below are opened beside it
 
-    check_without_kernel(page, lab, mode, pictured)
+    ended_without_kernel(page, lab, mode, pictured)
