@@ -9,7 +9,7 @@ keeps every live-view element it sees. The kernel reports what the live view cos
 message polling: ``Dashboard.cost()``) and its own process CPU over the run, with the
 dashboard and with ``--no-dashboard``, runs interleaved.
 
-    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 3]
+    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 3] [--hogs 2]
 
 Writes bench/results/live_view.json. Figures: chart changes a second, p50/p95 from
 report() to drawn, the live view's kernel cost as a share of one core, whether the output
@@ -465,6 +465,13 @@ def main() -> None:
         default=",".join(MODES),
         help=f"comma-separated, of {', '.join(MODES)} (default: both)",
     )
+    parser.add_argument(
+        "--hogs",
+        type=int,
+        default=0,
+        help="busy processes (a `while True: pass` each) running beside the whole measure;"
+        " results go to live_view_hogs<N>.json",
+    )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     unknown = [m for m in modes if m not in MODES]
@@ -473,17 +480,22 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    for rep in range(args.reps):  # the modes interleaved: drift in load falls on both
-        for mode in modes:
-            runs[mode].append(run_mode(mode, args.steps, 1))
-            print(f"rep {rep} {mode}: {json.dumps(runs[mode][-1]['figures'])}", flush=True)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+    try:
+        for rep in range(args.reps):  # the modes interleaved: drift in load falls on both
+            for mode in modes:
+                runs[mode].append(run_mode(mode, args.steps, 1))
+                print(f"rep {rep} {mode}: {json.dumps(runs[mode][-1]['figures'])}", flush=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     summary = {m: spread([r["figures"] for r in rs]) for m, rs in runs.items()}
     print(json.dumps(summary, indent=2))
-    write_result(
-        "live_view",
-        {"steps": args.steps, "reps": args.reps, "summary": summary, "modes": runs},
-    )
-    print(f"results in {RESULTS / 'live_view.json'}")
+    name = f"live_view_hogs{args.hogs}" if args.hogs else "live_view"
+    payload = {"steps": args.steps, "reps": args.reps, "hogs": args.hogs, "summary": summary}
+    write_result(name, {**payload, "modes": runs})
+    print(f"results in {RESULTS / (name + '.json')}")
 
 
 if __name__ == "__main__":
