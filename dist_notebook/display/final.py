@@ -231,7 +231,16 @@ def _heatmap(ax: Axes, metrics: RunMetrics, stragglers: set[int]) -> list[int]:
 
 
 def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
-    """Every metric's curves per rank plus the mean, and samples/s per rank, as PNG bytes.
+    """The run's picture (``draw``) as PNG bytes, transparent."""
+    buffer = io.BytesIO()
+    draw(metrics, summary).savefig(
+        buffer, format="png", transparent=True, pil_kwargs={"compress_level": 6}
+    )
+    return buffer.getvalue()
+
+
+def draw(metrics: RunMetrics, summary: RunSummary) -> Figure:
+    """Every metric's curves per rank plus the mean, and samples/s per rank.
 
     The main metric and the bars share the first row; the other metrics follow, two to a
     row (up to MAX_PANELS panels)."""
@@ -264,9 +273,7 @@ def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
     if rest:
         figure.text(0.99, 0.01, f"+{len(rest)} more in the table", ha="right", color=INK)
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", transparent=True, pil_kwargs={"compress_level": 6})
-    return buffer.getvalue()
+    return figure
 
 
 def _fmt(value: float | None, pattern: str) -> str:
