@@ -263,6 +263,46 @@ def open_panel(page):  # type: ignore[no-untyped-def]
     return panel
 
 
+# A chart's fit in the space it is shown in (the panel's current run, a run tab, a cell):
+# the plot's drawn width, the space's width, and any bar-row column cut or overflowing it.
+CHART_FIT = """(chart) => {
+  const space = chart.closest('.dn-current-run, .dn-runview, .dn-live') ?? chart.parentElement;
+  const room = space.getBoundingClientRect();
+  const cut = Array.from(chart.querySelectorAll('.dn-chart-bar-row > *'))
+    .filter(c => c.scrollWidth > c.clientWidth + 1
+      || c.getBoundingClientRect().right > room.right + 1)
+    .map(c => c.className);
+  const svg = chart.querySelector('svg.dn-chart-svg');
+  return {svg: Number(svg.getAttribute('width')), room: room.width, cut};
+}"""
+FILLS = f"([chart, wider]) => {{ const f = ({CHART_FIT})(chart);"
+FILLS += " return f.svg >= f.room - 48 && f.svg > wider && f.cut.length === 0; }"
+
+
+def chart_fills(page, chart, wider_than: float = 0, timeout: float = 10_000) -> dict:  # type: ignore[no-untyped-def]
+    """Wait until *chart* is drawn across its space (within its margins), wider than
+    *wider_than* px, with no bar-row column cut; its fit."""
+    handle = chart.element_handle()
+    try:
+        page.wait_for_function(FILLS, arg=[handle, wider_than], timeout=timeout)
+    except Exception as e:
+        raise AssertionError(f"chart does not fill its space: {chart.evaluate(CHART_FIT)}") from e
+    return chart.evaluate(CHART_FIT)
+
+
+def drag_left_panel(page, dx: float) -> None:  # type: ignore[no-untyped-def]
+    """Drag the handle between the left side panel and the main area by *dx* px."""
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle").first
+    box = handle.bounding_box()
+    assert box is not None, "no side panel handle"
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + dx / 2, y)
+    page.mouse.move(x + dx, y)
+    page.mouse.up()
+
+
 def write_cells(path: Path, cells: list[str]) -> None:
     """A notebook of *cells* (code) at *path*, for the Python 3 kernel."""
     import nbformat

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import open_lab, open_panel, shot, write_cells
+from .conftest import chart_fills, drag_left_panel, open_lab, open_panel, shot, write_cells
 
 NOTEBOOK = "ui-test.ipynb"
 TRAIN = """%%dist_train --name ui-test --steps 40
@@ -81,6 +81,16 @@ def test_notebook_run_shows_in_panel_and_stop_stops(lab, page):  # type: ignore[
     expect(cluster.locator(".dn-cluster-activity")).to_contain_text("step 40/40")
     expect(panel.locator(".dn-current-run-title")).to_contain_text("step 40/40")
     shot(page, "notebook-done")
+
+    # the panel's chart spans the panel at its default width, its rank rows' columns (the
+    # comm share last) uncut, and follows the panel when it is dragged wider
+    chart = panel.locator(".dn-current-run .dn-chart")
+    narrow = chart_fills(page, chart)
+    drag_left_panel(page, 260)
+    wide = chart_fills(page, chart, wider_than=narrow["svg"] + 200)
+    shot(page, "notebook-panel-wide")
+    drag_left_panel(page, -260)
+    assert chart_fills(page, chart)["svg"] < wide["svg"] - 200, "it narrows again"
 
     # Stop, confirmed: the cluster stops and is folded into the history
     cluster_id = cluster.get_attribute("data-cluster-id")

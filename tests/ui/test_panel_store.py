@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreWriter
 
-from .conftest import ARTIFACTS, open_lab, shot
+from .conftest import ARTIFACTS, chart_fills, open_lab, shot
 
 STRAGGLER = re.compile(r"\bdn-straggler\b")
 
@@ -119,6 +119,12 @@ def test_run_tab_draws_a_stored_run_with_the_servers_measures(shared_lab, page):
         expect(chart.locator("svg.dn-chart-svg")).to_have_attribute("aria-label", "seq per rank")
         chart.locator("select.dn-chart-metric").select_option("loss")
         shot(page, "store-run-tab")
+        # the run tab's chart spans the tab, and follows it when the window narrows
+        wide = chart_fills(page, chart)
+        page.set_viewport_size({"width": 900, "height": 900})
+        assert chart_fills(page, chart)["svg"] < wide["svg"] - 300
+        page.set_viewport_size({"width": 1440, "height": 900})
+        chart_fills(page, chart, wider_than=wide["svg"] - 10)
 
         # the curves grow while the run goes on, without reloading anything
         before = points(page, chart, 1)
