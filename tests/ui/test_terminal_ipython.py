@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -35,9 +36,24 @@ get_ipython().run_cell_magic("dist_train", "--name term --steps 150", {TRAIN!r})
 IN_PLACE = re.compile(r"\r\x1b\[K(term: running[^\r\n]*)")
 
 
-def run_on_a_terminal(script: Path, env: dict[str, str], limit: float) -> tuple[int, str]:
-    """Run terminal IPython on *script* with stdout and stderr on a pty; its exit status
-    and all it wrote."""
+def add_tree(tree: dict[tuple[int, float], psutil.Process], pid: int) -> None:
+    """Add each descendant of *pid* now running to *tree*, keyed by pid and start time."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return  # it has exited: its tree is what the earlier samples saw
+    for child in children:
+        try:
+            tree.setdefault((child.pid, child.create_time()), child)
+        except psutil.NoSuchProcess:
+            continue  # ended between the listing and the look
+
+
+def run_on_a_terminal(
+    script: Path, env: dict[str, str], limit: float
+) -> tuple[int, str, list[psutil.Process]]:
+    """Run terminal IPython on *script* with stdout and stderr on a pty; its exit status,
+    all it wrote, and every process of its tree seen while it ran (sampled each 0.5 s)."""
     leader, follower = pty.openpty()
     ipython = Path(sys.executable).with_name("ipython")
     proc = subprocess.Popen(
@@ -51,9 +67,11 @@ def run_on_a_terminal(script: Path, env: dict[str, str], limit: float) -> tuple[
     )
     os.close(follower)
     chunks: list[bytes] = []
+    tree: dict[tuple[int, float], psutil.Process] = {}
     deadline = time.monotonic() + limit
     try:
         while time.monotonic() < deadline:
+            add_tree(tree, proc.pid)
             ready, _, _ = select.select([leader], [], [], 0.5)
             if ready:
                 try:
@@ -67,7 +85,8 @@ def run_on_a_terminal(script: Path, env: dict[str, str], limit: float) -> tuple[
                 break
         else:
             raise AssertionError(f"ipython still running after {limit} s: {b''.join(chunks)!r}")
-        return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
+        status = proc.wait(timeout=60)
+        return status, b"".join(chunks).decode(errors="replace"), list(tree.values())
     finally:
         os.close(leader)
         if proc.poll() is None:
@@ -85,7 +104,7 @@ def test_terminal_ipython_writes_the_progress_in_place_then_the_summary(tmp_path
         DIST_NOTEBOOK_STORE=str(tmp_path / "runs.sqlite"),
         TERM="xterm",
     )
-    status, out = run_on_a_terminal(script, env, limit=240)
+    status, out, tree = run_on_a_terminal(script, env, limit=240)
     assert status == 0, out
     lines = IN_PLACE.findall(out)
     steps = [int(m.group(1)) for line in lines if (m := re.search(r"step (\d+)/150", line))]
@@ -95,10 +114,11 @@ def test_terminal_ipython_writes_the_progress_in_place_then_the_summary(tmp_path
     end = out.rsplit("\r\x1b[K", 1)[-1]  # what came after the last in-place line
     assert re.search(r"term: succeeded in [\d.]+ s", end), end
     assert "Traceback" not in out, out
-    # the ranks (their pids in the cluster's table) are gone once IPython has exited
-    pids = [int(p) for p in re.findall(r"^[01] +\S+ +(\d+) +cpu", out, re.M)]
+    # IPython's whole process tree (the controller, the fork server, the ranks: their
+    # pids in the cluster's table among them) is gone once IPython has exited
+    pids = {int(p) for p in re.findall(r"^[01] +\S+ +(\d+) +cpu", out, re.M)}
     assert len(pids) == 2, out
-    deadline = time.monotonic() + 20
-    while alive := [p for p in pids if Path(f"/proc/{p}").exists()]:
-        assert time.monotonic() < deadline, f"ranks left running: {alive}"
-        time.sleep(0.2)
+    assert pids <= {p.pid for p in tree}, f"ranks {pids} not seen in the tree {tree}"
+    _, alive = psutil.wait_procs(tree, timeout=20)
+    left = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"left running after IPython's exit: {left}"
