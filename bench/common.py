@@ -225,6 +225,20 @@ def timer() -> Iterator[list[float]]:
         box.append(time.perf_counter() - t0)
 
 
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """*count* busy processes (a ``while True: pass`` each) beside the block: the load under
+    which this machine's timing bugs showed; killed and waited for when the block ends."""
+    procs = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
 def interleave(names: list[str], rep: int) -> list[str]:
     """A B C, then C B A: neither side always follows the same other one."""
     return names if rep % 2 == 0 else list(reversed(names))

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from script_hang import SCRIPT  # the DDP script of the hang (bench/ is on the path)
+from common import cpu_hogs  # (bench/ is on the path)
+from script_hang import SCRIPT  # the DDP script of the hang
 
 RUNS = 50
 FROZEN_KERNEL = """
@@ -280,16 +281,8 @@ class Issue23:
         )
 
 
-def hogs(count: int = 2) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-
-
 def run(bench: Any) -> None:
     """The issue #23 rows, under two CPU hogs; the bench's cluster is running."""
     root = Path(tempfile.mkdtemp(prefix="dist-faults23-"))
-    load = hogs()
-    try:
+    with cpu_hogs(2):
         Issue23(bench, root).run_all()
-    finally:
-        for proc in load:
-            proc.kill()

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PY, RESULTS, free_port, percentile, quick, write_result  # noqa: E402
+from common import PY, RESULTS, cpu_hogs, free_port, percentile, quick, write_result  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 TRAIN = """%%dist_train --name {name} --steps {steps} {flags}
@@ -480,16 +480,11 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         raise SystemExit(f"needs chromium at {CHROMIUM} (apt-get install chromium)")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
-    try:
+    with cpu_hogs(args.hogs):
         for rep in range(args.reps):  # the modes interleaved: drift in load falls on both
             for mode in modes:
                 runs[mode].append(run_mode(mode, args.steps, 1))
                 print(f"rep {rep} {mode}: {json.dumps(runs[mode][-1]['figures'])}", flush=True)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
     summary = {m: spread([r["figures"] for r in rs]) for m, rs in runs.items()}
     print(json.dumps(summary, indent=2))
     name = f"live_view_hogs{args.hogs}" if args.hogs else "live_view"

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     child_env,
+    cpu_hogs,
     md_table,
     quick,
     quietly,
@@ -63,10 +64,6 @@ if __name__ == "__main__":
 """
 DIST_RUN_BOUND_S = 60.0
 TORCHRUN_BOUND_S = 120.0
-
-
-def hogs(count: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
 def dist_run_once(ip: Any, script: Path) -> float | None:
@@ -118,25 +115,25 @@ def main() -> None:
     quietly(ip.run_line_magic, "dist_cluster", "start -n 2 --cpu")
     times: dict[str, list[float]] = {"dist-notebook %dist_run": [], "torchrun --standalone": []}
     hung = {name: 0 for name in times}
-    load = hogs(args.hogs)
     try:
-        for i in range(args.runs):
-            order = list(times) if i % 2 == 0 else list(reversed(times))
-            for name in order:
-                if hung[name]:
-                    continue
-                took = (
-                    dist_run_once(ip, script) if name.startswith("dist") else torchrun_once(script)
-                )
-                if took is None:
-                    hung[name] += 1
-                    print(f"run {i}: {name} did not end within its bound", flush=True)
-                else:
-                    times[name].append(took)
-            print(f"run {i + 1}/{args.runs}", flush=True)
+        with cpu_hogs(args.hogs):
+            for i in range(args.runs):
+                order = list(times) if i % 2 == 0 else list(reversed(times))
+                for name in order:
+                    if hung[name]:
+                        continue
+                    took = (
+                        dist_run_once(ip, script)
+                        if name.startswith("dist")
+                        else torchrun_once(script)
+                    )
+                    if took is None:
+                        hung[name] += 1
+                        print(f"run {i}: {name} did not end within its bound", flush=True)
+                    else:
+                        times[name].append(took)
+                print(f"run {i + 1}/{args.runs}", flush=True)
     finally:
-        for proc in load:
-            proc.kill()
         if not any(hung.values()):
             quietly(ip.run_line_magic, "dist_cluster", "stop")
     rows = []

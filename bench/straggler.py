@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 from typing import Any
 
-from common import machine, quietly, shell, use_scratch_store, write_result
+from common import cpu_hogs, machine, quietly, shell, use_scratch_store, write_result
 
 DEFINE = r"""
 import time, torch, torch.nn as nn, torch.distributed as dist
@@ -197,10 +195,7 @@ def main() -> None:
     try:
         quietly(ip.run_cell_magic, "dist", "", DEFINE)
         for hogs in args.hogs:
-            procs = [
-                subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)
-            ]
-            try:
+            with cpu_hogs(hogs):
                 for rep in range(args.reps):
                     for kind in args.kinds:
                         if kind == "skip" and rep:
@@ -209,10 +204,6 @@ def main() -> None:
                         row["hogs"] = hogs
                         rows.append(row)
                         print(describe(row), flush=True)
-            finally:
-                for p in procs:
-                    p.kill()
-                    p.wait(timeout=10)
     finally:
         quietly(ip.run_line_magic, "dist_cluster", "stop")
     write_result("straggler", {"steps": STEPS, "runs": rows, "machine_at_start": machine()})

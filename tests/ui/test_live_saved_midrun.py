@@ -147,7 +147,7 @@ def no_widget_error(page, panel) -> None:  # type: ignore[no-untyped-def]
     expect(page.locator("body")).not_to_contain_text("model not found")
 
 
-def check_without_kernel(page, lab, source: str, signs: tuple[bool, ...]):  # type: ignore[no-untyped-def]
+def copies_without_kernel(page, lab, source: str, signs: tuple[bool, ...]):  # type: ignore[no-untyped-def]
     """Copies of *source*, untrusted and/or trusted (*signs*), opened with "No Kernel" one
     after the other: each one's live-view cell, panel and trust, while it is in front."""
     for signed in signs:
@@ -170,7 +170,7 @@ def midrun_without_kernel(page, lab, mode: str) -> None:  # type: ignore[no-unty
         other.wait_for_selector("#jupyterlab-splash", state="detached", timeout=60_000)
         other.wait_for_function("() => window.jupyterapp?.restored !== undefined", timeout=60_000)
         other.evaluate("() => window.jupyterapp.restored.then(() => true)")
-        for out, panel, trust in check_without_kernel(other, lab, "mid.ipynb", (False, True)):
+        for out, panel, trust in copies_without_kernel(other, lab, "mid.ipynb", (False, True)):
             note = out.locator(".dist-notebook-live-note")
             expect(note).to_contain_text("dist_notebook.load_run('noext')", timeout=60_000)
             expect(note).to_contain_text("live view of a run in progress")
@@ -184,7 +184,7 @@ def midrun_without_kernel(page, lab, mode: str) -> None:  # type: ignore[no-unty
 def ended_without_kernel(page, lab, mode: str, pictured: bool) -> None:  # type: ignore[no-untyped-def]
     """After the end, with "No Kernel": the file saved then shows its picture or end note,
     and the trusted mid-run file the end note the server hands out (from the run store)."""
-    for out, panel, trust in check_without_kernel(page, lab, "ended.ipynb", (False, True)):
+    for out, panel, trust in copies_without_kernel(page, lab, "ended.ipynb", (False, True)):
         shown = out.locator(".dist-notebook-run img" if pictured else f".{ENDED_CLASS}")
         expect(shown).to_be_visible(timeout=60_000)
         if not pictured:
@@ -193,7 +193,7 @@ def ended_without_kernel(page, lab, mode: str, pictured: bool) -> None:  # type:
         no_widget_error(page, panel)
         shown.scroll_into_view_if_needed()
         shot(page, f"nokernel-ended-{trust}-{mode}")
-    [(out, panel, _trust)] = list(check_without_kernel(page, lab, "mid.ipynb", (True,)))
+    [(out, panel, _trust)] = list(copies_without_kernel(page, lab, "mid.ipynb", (True,)))
     shown = out.locator(f".{ENDED_CLASS}")
     expect(shown).to_contain_text("ended (succeeded)", timeout=60_000)
     expect(shown).to_contain_text("dist_notebook.load_run('noext')")
