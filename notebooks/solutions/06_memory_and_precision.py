@@ -55,7 +55,25 @@ def loss_scale(min_grad, max_grad):
     return min(2.0 ** max(0, math.ceil(math.log2(2.0**-24 / min_grad))), safe)
 
 
-# %% loss_scale wrong: the largest scale that does not overflow, even where a smaller one fits
+# %% loss_scale wrong: rounds the exponent down, which leaves the smallest gradient just below 2**-14
+import math
+
+
+def loss_scale(min_grad, max_grad):
+    safe = 2.0 ** math.floor(math.log2(65504 / max_grad))
+    return min(2.0 ** max(0, math.floor(math.log2(2.0**-14 / min_grad))), safe)
+
+
+# %% loss_scale wrong: no scaling (1) where the window is empty, though larger scales do not overflow
+import math
+
+
+def loss_scale(min_grad, max_grad):
+    lift = 2.0 ** max(0, math.ceil(math.log2(2.0**-14 / min_grad)))
+    return lift if max_grad * lift <= 65504 else 1.0
+
+
+# %% loss_scale right: the largest scale that does not overflow, where GradScaler's growth settles
 import math
 
 

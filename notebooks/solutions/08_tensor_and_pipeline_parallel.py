@@ -218,3 +218,26 @@ def gpipe_step(stage, x, target, m):
             outputs[i].sum().backward()
         if not first:
             dist.send(inputs[i].grad, rank - 1)
+
+# %% gpipe wrong: no pipelining: each micro-batch goes forward and backward through every stage before the next
+%%dist
+def gpipe_step(stage, x, target, m):
+    first, last = rank == 0, rank == world_size - 1
+    micro = BATCH // m
+    for i in range(m):
+        if first:
+            a = x[i * micro:(i + 1) * micro]
+        else:
+            a = torch.empty(micro, WIDTH, device=device)
+            dist.recv(a, rank - 1)
+            a.requires_grad_()
+        out = stage(a)
+        if last:
+            (loss_fn(out, target[i * micro:(i + 1) * micro]) / m).backward()
+        else:
+            dist.send(out.detach(), rank + 1)
+            grad = torch.empty_like(out)
+            dist.recv(grad, rank + 1)
+            out.backward(grad)
+        if not first:
+            dist.send(a.grad, rank - 1)

@@ -18,10 +18,16 @@ sections that each hold the whole cell that replaces the stub (magics included):
     # %% <id> wrong: <why a learner might write this>
     <a plausible wrong answer>
 
-Every exercise has one solution and at least one wrong answer. The test
+    # %% <id> right: <another way a learner may get it right>
+    <another right answer>
+
+Every exercise has one solution and at least one wrong answer; where more than one answer
+is right (any scale inside a window, a collective of another form), the other right answers
+are listed too, so that a check that rejects one of them fails the test. The test
 (``runner.py``) runs each notebook once, top to bottom in one kernel; at each exercise
 it runs the stub then the check (which must fail), each wrong answer then the check
-(which must fail), then the solution then the check (which must pass), and goes on.
+(which must fail), each other right answer then the check (which must pass), then the
+solution then the check (which must pass), and goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SECTION = re.compile(r"^# %% (?P<id>[A-Za-z0-9_.-]+)(?:\s+wrong:\s*(?P<why>.*\S))?\s*$")
+SECTION = re.compile(
+    r"^# %% (?P<id>[A-Za-z0-9_.-]+)(?:\s+(?P<kind>wrong|right):\s*(?P<why>.*\S))?\s*$"
+)
 STUB_MARKERS = ("...", "raise NotImplementedError")
 EXERCISE_TAG = "exercise:"
 CHECK_TAG = "check:"
@@ -44,6 +52,7 @@ class Answers:
     id: str
     solution: str | None = None
     wrong: list[tuple[str, str]] = field(default_factory=list)  # (why, source)
+    right: list[tuple[str, str]] = field(default_factory=list)  # other right answers
 
 
 @dataclass
@@ -65,15 +74,15 @@ def solutions_path(notebook: Path) -> Path:
 
 
 def parse_solutions(text: str, where: str = "solutions") -> dict[str, Answers]:
-    """Sections ``# %% <id>`` and ``# %% <id> wrong: <why>`` -> answers by id."""
+    """Sections ``# %% <id>``, ``# %% <id> wrong: <why>`` and ``# %% <id> right: <why>``."""
     answers: dict[str, Answers] = {}
-    current: tuple[str, str | None] | None = None
+    current: tuple[str, str | None, str | None] | None = None
     lines: list[str] = []
 
     def close() -> None:
         if current is None:
             return
-        ex_id, why = current
+        ex_id, kind, why = current
         source = "\n".join(lines).strip("\n")
         if not source.strip():
             raise ExerciseError(f"{where}: section {ex_id!r} is empty")
@@ -82,6 +91,8 @@ def parse_solutions(text: str, where: str = "solutions") -> dict[str, Answers]:
             if entry.solution is not None:
                 raise ExerciseError(f"{where}: two solutions for {ex_id!r}")
             entry.solution = source
+        elif kind == "right":
+            entry.right.append((why, source))
         else:
             entry.wrong.append((why, source))
 
@@ -90,10 +101,11 @@ def parse_solutions(text: str, where: str = "solutions") -> dict[str, Answers]:
             match = SECTION.match(line)
             if match is None:
                 raise ExerciseError(
-                    f"{where}:{number}: {line!r} is not '# %% <id>' or '# %% <id> wrong: <why>'"
+                    f"{where}:{number}: {line!r} is not '# %% <id>', '# %% <id> wrong: <why>' "
+                    "or '# %% <id> right: <why>'"
                 )
             close()
-            current, lines = (match["id"], match["why"]), []
+            current, lines = (match["id"], match["kind"], match["why"]), []
         elif current is not None:
             lines.append(line)
         elif line.strip() and not line.startswith("#"):

@@ -4,7 +4,8 @@ At each exercise (see ``exercises.py``) the runner executes, in the notebook's k
 
 1. the stub, then the check: the check must fail with AssertionError;
 2. each wrong answer, then the check: the check must fail with AssertionError;
-3. the solution, then the check: both must pass;
+3. each other right answer, then the check: both must pass;
+4. the solution, then the check: both must pass;
 
 and then goes on with the cell after the check. Stubs and wrong answers may raise in
 their own cell (a stub that raises NotImplementedError does); only the check's outcome
@@ -40,6 +41,7 @@ class RunReport:
 
     exercises: list[str] = field(default_factory=list)
     wrong_rejected: int = 0
+    right_accepted: int = 0
     total_s: float = 0.0
     extra_s: float = 0.0  # running stubs and wrong answers, which a learner does not do
     cell_s: dict[int, float] = field(default_factory=dict)  # the learner's path, per cell
@@ -175,6 +177,16 @@ class ExerciseRunner:
             self._check_fails(ex, source, f"the wrong answer ({why})")
             self.report.wrong_rejected += 1
         import nbformat
+
+        for why, source in ex.answers.right:
+            started = time.perf_counter()
+            what = f"exercise {ex.id!r}: the right answer ({why})"
+            self._run(nbformat.v4.new_code_cell(source), ex.exercise_index, what)
+            check = nbformat.v4.new_code_cell(self.sources[ex.check_index])
+            what = f"exercise {ex.id!r}: the check on the right answer ({why})"
+            self._run(check, ex.check_index, what)
+            self.report.right_accepted += 1
+            self.report.extra_s += time.perf_counter() - started
 
         assert ex.answers.solution is not None
         solution = nbformat.v4.new_code_cell(ex.answers.solution)

@@ -26,6 +26,21 @@ def half(n):
     return n // 2
 """
 
+RIGHT = """
+# %% half right: multiplying by a half is the same number
+def half(n):
+    return n * 0.5
+"""
+STRICT_CHECK = (  # accepts only the division it has in mind: rejects a right answer
+    "import inspect\n"
+    "try:\n"
+    "    got = half(7)\n"
+    "except NotImplementedError:\n"
+    "    raise AssertionError('fill in half()') from None\n"
+    "assert got == 3.5, got\n"
+    "assert '/ 2' in inspect.getsource(half), 'divide by 2'"
+)
+
 STUB = "def half(n):\n    raise NotImplementedError"
 GOOD_CHECK = (
     "assert callable(half)\n"
@@ -78,6 +93,10 @@ def test_parse_solutions_sections() -> None:
     assert list(answers) == ["half"]
     assert answers["half"].solution is not None and "n / 2" in answers["half"].solution
     assert [why for why, _ in answers["half"].wrong] == ["integer division passes on even numbers"]
+    assert answers["half"].right == []
+    other = parse_solutions(SOLUTIONS + RIGHT)["half"]
+    assert [why for why, _ in other.right] == ["multiplying by a half is the same number"]
+    assert len(other.wrong) == 1 and other.solution is not None and "n / 2" in other.solution
 
 
 @pytest.mark.parametrize(
@@ -129,6 +148,21 @@ def test_runner_proves_stub_wrong_and_solution(tmp_path: Path) -> None:
     # The notebook went on after the exercise with the solution in place (last cell).
     last = runner.nb.cells[-1]
     assert not any(o.get("output_type") == "error" for o in last.outputs)
+
+
+@pytest.mark.timeout(120)
+def test_runner_proves_other_right_answers_pass(tmp_path: Path) -> None:
+    runner = _run(tmp_path, GOOD_CHECK, SOLUTIONS + RIGHT)
+    assert runner.report.right_accepted == 1 and runner.report.wrong_rejected == 1
+
+
+@pytest.mark.timeout(120)
+def test_runner_fails_a_check_that_rejects_a_right_answer(tmp_path: Path) -> None:
+    # The check passes the solution and rejects the wrong answer, but not every right answer.
+    with pytest.raises(
+        NotebookFailure, match=r"the check on the right answer \(multiplying by a half.*failed"
+    ):
+        _run(tmp_path, STRICT_CHECK, SOLUTIONS + RIGHT)
 
 
 @pytest.mark.timeout(120)

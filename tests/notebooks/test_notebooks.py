@@ -66,7 +66,8 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
         print(
             f"\n{path.name}: learner's path {r.learner_s:.1f} s, with stubs and wrong answers "
             f"{r.total_s:.1f} s; exercises {r.exercises}, "
-            f"wrong answers rejected {r.wrong_rejected}; slowest: {r.slowest()}"
+            f"wrong answers rejected {r.wrong_rejected}, other right answers accepted "
+            f"{r.right_accepted}; slowest: {r.slowest()}"
         )
     assert report.exercises == [e.id for e in runner.exercises.values()]
     assert report.learner_s < LEARNER_PATH_BOUND_S, report
