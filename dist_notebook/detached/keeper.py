@@ -34,11 +34,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from ..cluster.spec import ClusterSpec
 from ..contracts import DetachedModel
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
-from .link import FILE, KeeperError, KeeperFile, pack, unpack
+from .link import (
+    FILE,
+    MAX_MESSAGE_BYTES,
+    RATE,
+    RCVHWM,
+    KeeperError,
+    KeeperFile,
+    Nonces,
+    pack,
+    sign,
+    unpack,
+)
 
 if TYPE_CHECKING:
     from ..cluster.cluster import DistCluster
@@ -65,6 +77,27 @@ def _alive(pid: int | None) -> bool:
     return pid is not None and kernel_alive(pid)
 
 
+class _OneClient:
+    """The ZAP check of the keeper's socket: the one client key of the keeper's file."""
+
+    def __init__(self, public: bytes) -> None:
+        self.public = public
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return secrets.compare_digest(key, self.public)
+
+
+def _nonce_of(key: bytes, frames: list[bytes]) -> str | None:
+    """The nonce of a signed request (for its reply), whatever else is wrong with it."""
+    if len(frames) != 2 or not secrets.compare_digest(frames[0], sign(key, frames[1])):
+        return None
+    try:
+        nonce = json.loads(frames[1]).get("n")
+    except (ValueError, AttributeError):
+        return None
+    return nonce if isinstance(nonce, str) else None
+
+
 class Keeper:
     """Holds one started cluster and answers its kernels until the cluster stops."""
 
@@ -76,9 +109,22 @@ class Keeper:
         self.runs: dict[str, Any] = {}
         self.idle_since = time.monotonic()
         self._key = secrets.token_bytes(32)
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        self._nonces = Nonces()
+        self._answered: list[float] = []  # when the last RATE requests were answered
+        # A context of its own: its ZAP handler (the client key check) is for this
+        # socket, never for the cluster's ipyparallel client in this process.
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._server_public, server_secret = zmq.curve_keypair()
+        self._client_public, self._client_secret = zmq.curve_keypair()
+        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("dist_notebook.zap"))
+        self._auth.start()
+        self._auth.configure_curve_callback("*", _OneClient(self._client_public))
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self._sock.setsockopt(zmq.RCVHWM, RCVHWM)
+        self._sock.curve_server = True
+        self._sock.curve_secretkey = server_secret
         port = self._sock.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.path = Path(cluster.profile_dir) / FILE
@@ -97,6 +143,9 @@ class Keeper:
             client_file=client_file,
             idle_timeout=self.idle_timeout,
             started=time.time(),
+            server_key=self._server_public.decode(),
+            client_public=self._client_public.decode(),
+            client_secret=self._client_secret.decode(),
         ).write(self.path)
         return self.path
 
@@ -119,27 +168,41 @@ class Keeper:
                 self.cluster.owner.stop("idle timeout")
                 break
         self._sock.close()
+        self._auth.stop()
+        self._ctx.destroy(linger=0)
 
     def request_stop(self) -> None:
         self._stop_requested.set()
 
     def _answer(self) -> None:
+        self._hold_to_rate()
         frames = self._sock.recv_multipart()
+        re = _nonce_of(self._key, frames)
         try:
             message = unpack(self._key, frames)
+            self._nonces.take(message)
         except (KeeperError, ValueError) as e:
             log.warning("keeper: %s", e)
-            self._sock.send_multipart(pack(self._key, {"error": str(e)}))
+            self._sock.send_multipart(pack(self._key, {"error": str(e), "re": re}))
             return
         op, args = message.get("op"), message.get("args") or {}
         handler = getattr(self, f"op_{op}", None)
         try:
-            if handler is None:
+            if handler is None or not isinstance(args, dict):
                 raise KeeperError(f"unknown request {op!r}")
             reply: dict[str, Any] = {"result": handler(**args)}
         except Exception as e:  # every refusal goes back to the kernel as its message
             reply = {"error": str(e) or type(e).__name__}
-        self._sock.send_multipart(pack(self._key, reply))
+        self._sock.send_multipart(pack(self._key, {**reply, "re": re}))
+
+    def _hold_to_rate(self) -> None:
+        """At most RATE requests a second: a flood waits in ZMQ (RCVHWM a connection,
+        then the sender is held back), never in this process's memory or CPU."""
+        now = time.monotonic()
+        self._answered = [t for t in self._answered if now - t < 1.0]
+        if len(self._answered) >= RATE:
+            time.sleep(max(0.0, 1.0 - (now - self._answered[0])))
+        self._answered.append(time.monotonic())
 
     def _idle_too_long(self) -> bool:
         if self.idle_timeout is None:

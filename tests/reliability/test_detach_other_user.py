@@ -3,14 +3,13 @@
 A real second Unix user, with the run store of the cluster's owner in a folder every
 user may enter (a shared project folder, like /tmp): ``%dist_cluster attach`` there is
 refused in one line naming the owner, and requests sent straight to the keeper's
-loopback port (which any local user can find) without the owner's key are refused by
-the keeper, which goes on serving its owner: the cluster is still ready and its ranks
+loopback port (which any local user can find) without the owner's keys get no answer
+at all, and the keeper goes on serving its owner: the cluster is still ready and its ranks
 still run cells.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -59,8 +58,10 @@ FORGE = textwrap.dedent(
         sock.connect(endpoint)
         body = json.dumps({"op": "stop", "args": {"kernel": 1}, "t": time.time()}).encode()
         sock.send_multipart([signature, body])
-        reply = json.loads(sock.recv_multipart()[1])
-        print("REPLY", json.dumps(reply), flush=True)
+        try:
+            print("REPLY", sock.recv_multipart(), flush=True)
+        except zmq.Again:
+            print("NO REPLY", flush=True)
         sock.close()
     """
 )
@@ -126,9 +127,10 @@ def test_another_user_can_neither_attach_nor_command_the_keeper(
         assert "Traceback" not in text, text
 
         forged = as_user(other, FORGE, cluster.link.file.endpoint)
-        replies = [json.loads(x[6:]) for x in forged.stdout.splitlines() if x.startswith("REPLY ")]
-        assert len(replies) == 2, forged.stdout + forged.stderr
-        assert all("without the cluster's signature" in r.get("error", "") for r in replies)
+        # No answer at all: a peer without the link's keys never gets past the handshake,
+        # and nothing comes back that says what listens there.
+        lines = forged.stdout.splitlines()
+        assert lines == ["NO REPLY", "NO REPLY"], forged.stdout + forged.stderr
         assert cluster.refresh()["state"] == "ready"  # the keeper serves its owner still
         client = cluster.require_ready()
         client[:].execute("answer = 6 * 7", block=True)
