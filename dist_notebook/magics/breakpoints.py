@@ -112,6 +112,7 @@ class BreakpointRelay:
 
         self._socket = zmq.Context.instance().socket(zmq.REP)
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, 16 << 20)  # a prompt and its output
         port = self._socket.bind_to_random_port(f"tcp://{ip}")
         self._endpoint = f"tcp://{ip}:{port}"
         threading.Thread(target=self._serve, name="dist-breakpoints", daemon=True).start()
