@@ -88,6 +88,9 @@ class ClusterModel(TypedDict):
     kernel_pid: int | None
     # A detached cluster's keeper (it outlives kernels): null for a kernel's own.
     detached: DetachedModel | None
+    # Why the server will not interrupt or stop it (a store or profile folder that is not
+    # this user's own): the panel shows it without its buttons. Null: they act.
+    read_only: str | None
     ranks: list[RankModel]
 
 

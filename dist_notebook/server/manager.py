@@ -11,8 +11,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import socket
+import stat
+import tempfile
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -32,6 +35,7 @@ from ..contracts import (
     RunModel,
 )
 from ..export.stored import exports_of
+from ..privatedir import UnsafeDirectoryError, check_private
 from ..protocol import ACTIVE_RUN_STATES, LIVE_CLUSTER_STATES, ClusterState, RunRankState, RunState
 from ..store import StoreError, StoreReader, StoreWriter, store_path
 from ..store.control import ControlQueue
@@ -115,7 +119,11 @@ class RunStoreManager:
                 return []
             if reader.orphaned():
                 self._settle_orphans()
-            return [_public_cluster(c, _busy_ranks(reader, c)) for c in reader.clusters()]
+            trusted = _store_is_ours(self.path)
+            return [
+                _public_cluster(c, _busy_ranks(reader, c), _read_only(c, self.path, trusted))
+                for c in reader.clusters()
+            ]
 
     def _settle_orphans(self) -> None:
         """Write down what reads already show: clusters of dead kernels, and their
@@ -134,7 +142,7 @@ class RunStoreManager:
             found = reader.cluster(cluster_id) if reader is not None else None
             if found is None or reader is None:
                 raise UnknownIdError(f"no cluster with id {cluster_id!r}")
-            return _public_cluster(found, _busy_ranks(reader, found))
+            return _public_cluster(found, _busy_ranks(reader, found), _read_only(found, self.path))
 
     def runs(self, cluster_id: str | None = None, state: str | None = None) -> list[RunModel]:
         if state is not None and state not in RUN_STATES:
@@ -249,8 +257,9 @@ class RunStoreManager:
             raise ClusterUnreachableError(
                 f"cluster {cluster_id!r} is {row['state']}: there is nothing to interrupt"
             )
-        if _has_owner(row):
+        if _has_owner(row) and _store_is_ours(self.path):
             return await self._through_owner(row, "interrupt")
+        self._refuse_read_only(row, "interrupt")
         await asyncio.to_thread(_act_in_thread, row, "interrupt")
         reply: ActionReply = {
             "id": cluster_id,
@@ -267,8 +276,10 @@ class RunStoreManager:
         if row["state"] in NOTHING_TO_ACT_ON and not _cluster_file(row).exists():
             return {"id": cluster_id, "action": "stop", "state": row["state"], "via": "none"}
         # A failed cluster's kernel still owns it (it may restart it): through it too.
-        if _has_owner(row) and row["state"] not in ("stopped", "orphaned"):
+        owned = _has_owner(row) and row["state"] not in ("stopped", "orphaned")
+        if owned and _store_is_ours(self.path):
             return await self._through_owner(row, "stop")
+        self._refuse_read_only(row, "stop")
         with self._reader() as reader:
             ranks = reader.ranks(cluster_id) if reader is not None else []
         await asyncio.to_thread(_act_in_thread, row, "stop", ranks)
@@ -306,6 +317,13 @@ class RunStoreManager:
             "via": "kernel",
             "result": answer["result"],
         }
+
+    def _refuse_read_only(self, row: dict[str, Any], action: str) -> None:
+        why = _read_only(row, self.path)
+        if why is not None:
+            raise ClusterUnreachableError(
+                f"cluster {row['id']!r} is shown read-only, the server does not {action} it: {why}"
+            )
 
     def _record(self, reply: ActionReply, row: dict[str, Any], stopped: bool) -> ActionReply:
         """Write what the server did to a cluster whose kernel is gone: the cluster and
@@ -383,8 +401,68 @@ def _busy_ranks(reader: StoreReader, row: dict[str, Any]) -> set[int]:
     return busy
 
 
-def _public_cluster(row: dict[str, Any], busy: AbstractSet[int] = frozenset()) -> ClusterModel:
-    """The cluster's row as the API shows it (profile_dir and ipp_cluster_id stay inside)."""
+def _store_is_ours(path: Path) -> bool:
+    """Whether the run store is a file of this user that nobody else can write, in a
+    folder nobody else can write in: only then are the folders and pids it names ours."""
+    try:
+        info = os.lstat(path)
+        check_private(path.parent)
+    except (OSError, UnsafeDirectoryError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022
+
+
+def _private_bases() -> list[Path]:
+    """The folders this user's clusters' own profile folders are made in (and the folder
+    above each that must be private too): cluster.own_profile_dir's two places."""
+    fallback = Path(tempfile.gettempdir()) / f"dist-notebook-{os.getuid()}"
+    return [store_path().parent / "ipython", fallback / "ipython"]
+
+
+def _read_only(row: dict[str, Any], store: Path, trusted: bool | None = None) -> str | None:
+    """Why the server must not act on *row*'s processes (None: it may): a store another
+    user can write, or, for a cluster without a live kernel (the server would act on its
+    processes itself), a profile folder outside this user's private bases, or a profile
+    folder or cluster file that is not this user's own. Read-only clusters are shown."""
+    if trusted is None:
+        trusted = _store_is_ours(store)
+    if not trusted:
+        return (
+            f"the run store {store} is not a private file of yours (another user could have"
+            " written it): act on the cluster from the kernel that started it"
+        )
+    if _has_owner(row):
+        return None  # its kernel acts on it (store/control.py), not the server
+    profile = row.get("profile_dir") or ""
+    if not profile:
+        return None  # nothing to act on: the actions say so
+    folder = Path(profile)
+    try:
+        base = next(b for b in _private_bases() if folder.parent == b)
+        for path in (base.parent, base, folder):
+            check_private(path)
+        if not folder.name.startswith("cluster-"):
+            raise UnsafeDirectoryError(f"{folder} is not a cluster's own profile folder")
+        cluster_file = _cluster_file(row)
+        if cluster_file.exists() or cluster_file.is_symlink():
+            info = os.lstat(cluster_file)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+                raise UnsafeDirectoryError(f"{cluster_file} is not a file of yours")
+    except StopIteration:
+        return (
+            f"its profile folder {folder} is not in your private folder of clusters "
+            f"({_private_bases()[0]}): act on it from the kernel that started it"
+        )
+    except (OSError, UnsafeDirectoryError) as e:
+        return f"{e}; act on it from the kernel that started it"
+    return None
+
+
+def _public_cluster(
+    row: dict[str, Any], busy: AbstractSet[int] = frozenset(), read_only: str | None = None
+) -> ClusterModel:
+    """The cluster's row as the API shows it (profile_dir and ipp_cluster_id stay inside);
+    ``read_only`` says why the panel's buttons do nothing for it (null: they act)."""
     return {
         "id": row["id"],
         "state": row["state"],
@@ -394,6 +472,7 @@ def _public_cluster(row: dict[str, Any], busy: AbstractSet[int] = frozenset()) -
         "stopped": row["stopped"],
         "kernel_pid": row["kernel_pid"],
         "detached": row.get("detached"),
+        "read_only": read_only,
         "ranks": [_public_rank(r, busy) for r in row.get("ranks", [])],
     }
 

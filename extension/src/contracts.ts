@@ -43,6 +43,8 @@ export interface IClusterModel {
   kernel_pid: number | null;
   /** A detached cluster's keeper (it outlives kernels): null for a kernel's own. */
   detached: IDetachedModel | null;
+  /** Why the server will not interrupt or stop it (not this user's own): null when it acts. */
+  read_only: string | null;
   ranks: IRankModel[];
 }
 

@@ -255,8 +255,15 @@ export class DistPanel extends Widget {
       backend.filter(Boolean).join(' · ')
     );
     const busy = cluster.state === 'stopping' || cluster.state === 'new';
-    node.querySelector<HTMLButtonElement>('.dn-interrupt-button')!.disabled = busy;
-    node.querySelector<HTMLButtonElement>('.dn-stop-button')!.disabled = busy;
+    // A read-only cluster (another user's store or files): greyed, its reason as the tip.
+    const readOnly = cluster.read_only ?? null;
+    for (const name of ['.dn-interrupt-button', '.dn-stop-button']) {
+      const button = node.querySelector<HTMLButtonElement>(name)!;
+      button.disabled = busy || readOnly !== null;
+      if (readOnly !== null) {
+        button.title = `Read-only: ${readOnly}`;
+      }
+    }
     const byRank = new Map(stats.map(s => [s.rank, s]));
     // Ranks come in node order: each node's first row names it.
     const labels = nodeLabels(cluster.ranks);

@@ -134,8 +134,12 @@ def live_cluster(writer: StoreWriter, request: pytest.FixtureRequest) -> Iterato
     import ipyparallel as ipp
 
     launchers = _our_launchers() if request.param == "ours" else {}
+    from dist_notebook.cluster.cluster import own_profile_dir
+
     cluster = ipp.Cluster(
         n=2,
+        # Where the clusters of dist_notebook keep theirs: the server acts only there.
+        profile_dir=own_profile_dir(f"live-{request.param}"),
         controller_ip="127.0.0.1",
         **launchers,
         # a short heartbeat makes the controller confirm the engines in ~3 s, not ~7 s

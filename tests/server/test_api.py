@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -188,7 +189,9 @@ async def test_stopping_a_stopped_cluster_does_nothing(jp_fetch, filled_store):
 
 
 async def test_an_unloadable_cluster_file_is_409(jp_fetch, writer, tmp_path):
-    profile = tmp_path / "profile"
+    from dist_notebook.cluster.cluster import own_profile_dir
+
+    profile = Path(own_profile_dir("bad"))
     (profile / "security").mkdir(parents=True)
     (profile / "security" / "cluster-bad.json").write_text("{not json")
     writer.add_cluster(
