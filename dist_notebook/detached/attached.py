@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 from pathlib import Path
@@ -29,7 +30,8 @@ from typing import Any
 import ipyparallel as ipp
 
 from .. import envvars
-from ..cluster.cluster import ClusterError, DistCluster, RankInfo
+from ..cluster.cluster import ClusterError, DistCluster
+from ..cluster.facts import RankInfo
 from ..cluster.spec import ClusterSpec
 from ..protocol import ClusterState
 from ..store.reader import kernel_alive
@@ -52,10 +54,35 @@ def profiles_base() -> Path:
     return store_path().parent / "ipython"
 
 
+def check_writable() -> None:
+    """Refuse a detached start where its files cannot be written: the keeper's file (how
+    ``list`` and ``attach`` find it, beside the run store) and the run store (where its
+    runs' records and output are kept for the kernel that attaches)."""
+    from ..store import store_path
+
+    store = store_path()
+    folder = store.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".dn-probe-")
+        os.close(fd)
+        os.unlink(probe)
+        if store.exists() and not os.access(store, os.W_OK):
+            raise PermissionError(f"{store} is read-only")
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise ClusterError(
+            f"%dist_cluster start --detach: {folder} cannot be written ({why}), and a detached"
+            " cluster keeps its keeper file and its runs' records beside the run store: set "
+            f"{envvars.STORE} to a file in a folder you can write, or start without --detach"
+        ) from None
+
+
 def start_detached(
     spec: ClusterSpec, idle_timeout: float | None, progress: Any = print
 ) -> AttachedCluster:
     """Start a keeper for a cluster of *spec* and attach this kernel to it."""
+    check_writable()
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     keeper = subprocess.Popen(
         [sys.executable, "-m", "dist_notebook.detached.keeper"],
@@ -177,7 +204,7 @@ class AttachedCluster(DistCluster):
 
     def __init__(self, link: KeeperLink, info: dict[str, Any]) -> None:
         super().__init__(spec_from_json(info["spec"]))
-        self.id = info["id"]
+        self.id = self.facts.id = info["id"]
         self.link = link
         self.owner = KeeperOwner(self)  # type: ignore[assignment]
         self.keeper_pid = int(info["keeper"])
@@ -223,16 +250,17 @@ class AttachedCluster(DistCluster):
             raise ClusterError(str(e)) from None
 
     def _gone(self, why: str) -> None:
-        self.failure = None
-        self.move(ClusterState.STOPPED)
+        self.facts.mirror(ClusterState.STOPPED, self.ranks, None)
         if self.client is not None:
             self.client.close()
             self.client = None
 
     def _apply(self, info: dict[str, Any]) -> None:
-        self.move(ClusterState(info["state"]))
-        self.failure = info.get("failure")
-        self.ranks = [RankInfo(**r) for r in info["ranks"]]
+        self.facts.mirror(
+            ClusterState(info["state"]),
+            [RankInfo(**r) for r in info["ranks"]],
+            info.get("failure"),
+        )
         self.master_addr = info.get("master_addr")
         self.pair_ports = list(info.get("pair_ports") or [])
         self.stack_dir = info.get("stack_dir") or ""
@@ -262,11 +290,10 @@ class AttachedCluster(DistCluster):
             self.refresh()
         return super().require_ready()
 
-    def move(self, new: ClusterState) -> None:
-        """The keeper moves the cluster (checked against the protocol's table and
-        recorded in the store there): here its state is only mirrored, as the keeper
-        reports it, and a stop this kernel asked for."""
-        self.state = new
+    def writer(self) -> None:
+        """None: the keeper is this cluster's one writer of the store (it moves the
+        cluster along the protocol there); this kernel only mirrors its facts."""
+        return None
 
     async def start(self) -> DistCluster:
         raise ClusterError(
@@ -282,7 +309,7 @@ class AttachedCluster(DistCluster):
     async def stop(self) -> None:
         if self.state in (ClusterState.NEW, ClusterState.STOPPED):
             return
-        self.move(ClusterState.STOPPING)
+        self.facts.mirror(ClusterState.STOPPING, self.ranks, self.failure)  # as asked
         try:
             self.ask("stop", timeout=LONG_S)
         finally:
