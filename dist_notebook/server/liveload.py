@@ -16,11 +16,14 @@ the store says ended, the end's note).
 
 jupyter_server has no load hook, so the contents manager's ``get`` is wrapped. Only an
 asynchronous manager is (jupyter_server 2's default): the session list is asynchronous,
-and a synchronous ``get`` is also called by its own manager's ``copy``.
+and a synchronous ``get`` is also called by its own manager's ``copy``. The pass works
+on a copy: a notebook it cannot read (outputs, metadata or widget state of a shape the
+schema does not allow, which Jupyter still opens) is handed out unchanged, never a 500.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import html
 import inspect
@@ -100,7 +103,12 @@ def serve_notes(contents_manager: Any, sessions: Any) -> bool:
     async def get_with_notes(path: str, content: bool = True, *args: Any, **kwargs: Any) -> Any:
         model = await get(path, content, *args, **kwargs)
         nb = model.get("content") if isinstance(model, dict) else None
-        if isinstance(nb, dict) and model.get("type") == "notebook" and any(our_views(nb)):
+        if not isinstance(nb, dict) or model.get("type") != "notebook":
+            return model
+        try:
+            if not any(our_views(nb)):
+                return model
+            nb = copy.deepcopy(nb)
             try:
                 alone = not await has_session(sessions, path)
             except Exception as e:  # noqa: BLE001 - the file is still handed out, as saved
@@ -110,6 +118,10 @@ def serve_notes(contents_manager: Any, sessions: Any) -> bool:
                 as_notes(nb)
             else:
                 end_note_states(nb)
+        except (AttributeError, TypeError, KeyError, ValueError) as e:
+            log.warning("dist-notebook: %s handed out as saved (its live views: %r)", path, e)
+            return model
+        model["content"] = nb
         return model
 
     contents_manager.get = get_with_notes
