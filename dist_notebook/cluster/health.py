@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -52,14 +53,29 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _process_state(pid: int) -> str:
+def _process_state(pid: int, rank: int) -> str:
     try:
         status = psutil.Process(pid).status()
     except psutil.NoSuchProcess:
         return f"process {pid} is gone"
-    if status == psutil.STATUS_STOPPED:
-        return f"process {pid} is stopped (SIGSTOP); ipyparallel dropped its engine"
+    if status == psutil.STATUS_STOPPED:  # its state, by the pid the cluster knows
+        return (
+            f"rank {rank} is stopped (SIGSTOP): send SIGCONT (kill -CONT {pid}) or "
+            "%dist_cluster restart"
+        )
     return f"process {pid} is {status} but its engine missed its heartbeats"
+
+
+def _segv_hint(code: int, engine_set: Any) -> str:
+    """Why a rank may have segfaulted, where its environment says: torch's DDP on gloo
+    crashes rank 0 with TORCH_DISTRIBUTED_DEBUG=DETAIL (torch's bug, under torchrun too)."""
+    env = {**os.environ, **(getattr(engine_set, "environment", None) or {})}
+    if -code != signal.SIGSEGV or env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() != "DETAIL":
+        return ""
+    return (
+        " with TORCH_DISTRIBUTED_DEBUG=DETAIL set, which makes torch's DDP on gloo crash "
+        "(a torch bug): unset it or set it to INFO, then %dist_cluster restart"
+    )
 
 
 class Watched(Protocol):
@@ -148,7 +164,7 @@ class Health:
                     continue
                 code = data.get("exit_code")
                 if isinstance(code, int) and code < 0:
-                    how = f"signal {signal.Signals(-code).name}"
+                    how = f"signal {signal.Signals(-code).name}" + _segv_hint(code, engine_set)
                 else:
                     how = f"exit code {code}"
                 dead[int(identifier) + offset] = how
@@ -170,7 +186,7 @@ class Health:
         for info in self.cluster.ranks:
             if info.rank in dead or info.engine_id in registered:
                 continue
-            found[info.rank] = f"{UNRESPONSIVE}: {_process_state(info.pid)}"
+            found[info.rank] = f"{UNRESPONSIVE}: {_process_state(info.pid, info.rank)}"
         return found
 
     def check(self) -> dict[int, str]:
