@@ -60,7 +60,7 @@ FORGE = textwrap.dedent(
         sock.send_multipart([signature, body])
         try:
             print("REPLY", sock.recv_multipart(), flush=True)
-        except zmq.Again:
+        except zmq.ZMQError:  # a timeout, or the REQ socket reset by the dropped link
             print("NO REPLY", flush=True)
         sock.close()
     """
