@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from .cluster import ClusterError, ClusterState, DistCluster, RankInfo
+    from .cluster import ClusterError, ClusterState, DistCluster
+    from .facts import RankInfo
     from .spec import ClusterConfigError, ClusterSpec
 
 __all__ = [
@@ -25,7 +26,7 @@ _LAZY = {
     "ClusterError": "cluster",
     "ClusterState": "cluster",
     "DistCluster": "cluster",
-    "RankInfo": "cluster",
+    "RankInfo": "facts",
     "ClusterConfigError": "spec",
     "ClusterSpec": "spec",
 }

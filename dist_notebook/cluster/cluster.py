@@ -22,8 +22,8 @@ import signal
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,12 @@ from traitlets.config import Config
 from .. import envvars, privates
 from ..engine import group, shm
 from ..privatedir import UnsafeDirectoryError, private_dir
-from ..protocol import ClusterState, check_move
+from ..protocol import ClusterState, EngineState
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from ..store.schema import full_disk_message
 from . import limits, reap, registry
+from .facts import KEEP, ClusterFacts, Keep, RankInfo
 from .health import Health
 from .launchers import (
     OurControllerLauncher,
@@ -63,22 +64,6 @@ class ClusterError(RuntimeError):
     """The cluster could not do what was asked; the message says why and what to do."""
 
 
-@dataclass
-class RankInfo:
-    rank: int
-    engine_id: int
-    host: str
-    pid: int
-    device: str
-    backend: str = ""
-    state: str = "idle"
-    # The rank's node: its host's place in the cluster's node order (0 on one machine).
-    node_rank: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _quiet(_: str) -> None:
     """The default progress sink: say nothing."""
 
@@ -93,11 +78,11 @@ class DistCluster:
         progress: Progress | None = None,
         store: StoreWriter | None = None,
     ) -> None:
-        self.spec = spec or ClusterSpec()
+        spec = spec or ClusterSpec()
         self.id = uuid.uuid4().hex[:8]
-        self.state = ClusterState.NEW
-        self.ranks: list[RankInfo] = []
-        self.backend = self.spec.resolved_backend
+        self.backend = spec.resolved_backend
+        # State, spec, rank table and failure: changed only through move() (facts.py).
+        self.facts = ClusterFacts(self.id, spec, self.writer, self.backend)
         self.client: ipp.Client | None = None
         self.progress: Progress = progress or _quiet
         self.start_seconds: float | None = None
@@ -112,8 +97,6 @@ class DistCluster:
         self._engine_sets: list[str] = []
         self.pair_ports: list[int] = []
         self.master_addr: str | None = None
-        # Why the cluster cannot work until restarted (the controller died), or None.
-        self.failure: str | None = None
         self._tearing_down = False
         # Where ranks dump their stacks on SIGUSR1 (owner-only; see cluster/onranks/stacks.py).
         # Made by start() and removed by stop() or a failed start, so a cluster that is
@@ -125,6 +108,24 @@ class DistCluster:
         self.health = Health(self)
 
     # --- properties ------------------------------------------------------------
+    @property
+    def state(self) -> ClusterState:
+        return self.facts.state
+
+    @property
+    def spec(self) -> ClusterSpec:
+        return self.facts.spec
+
+    @property
+    def ranks(self) -> list[RankInfo]:
+        """The rank table, in rank order (a copy: it changes only through move())."""
+        return self.facts.ranks
+
+    @property
+    def failure(self) -> str | None:
+        """Why the cluster cannot work until restarted (the controller died), or None."""
+        return self.facts.failure
+
     @property
     def n(self) -> int:
         return self.spec.n
@@ -268,8 +269,7 @@ class DistCluster:
         """Write the cluster, its ranks and its state to the run store, as its start
         did: for a cluster started unrecorded (a warm spare taken, cluster/pool.py)."""
         self._record_cluster()
-        self._record_ranks()
-        self._store_state(self.state.value)
+        self.facts.record_all()
 
     async def restart(self, everything: bool = False) -> DistCluster:
         """Replace dead ranks' engines (or, with none dead or *everything*, every engine)
@@ -278,8 +278,7 @@ class DistCluster:
             # Engines cannot move to a new controller: start everything afresh.
             self.progress(f"{self.failure.split(':')[0]}; starting a new cluster")
             await self._teardown()
-            self.failure = None
-            self.move(ClusterState.FAILED)  # it is already, since the controller died
+            self.move(ClusterState.FAILED, failure=None)  # failed since the controller died
             return await self.start()
         if self._ipp is None or self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
@@ -565,7 +564,8 @@ class DistCluster:
         client = self.client
         assert client is not None
         if not self.spec.engines.on_this_machine:
-            self.ranks, self.master_addr = await ranks_across_hosts(client, ids, RankInfo)
+            ranks, self.master_addr = await ranks_across_hosts(client, ids, RankInfo)
+            self.update(ranks=ranks)
             await self.init_group()
             return
         infos = await asyncio.wrap_future(client[ids].apply_async(group.rank_info))
@@ -573,10 +573,12 @@ class DistCluster:
             order = local_ranks(infos, self.n)
         except PlacementError as e:
             raise ClusterError(str(e)) from None
-        self.ranks = [
-            RankInfo(rank, ids[at], infos[at]["host"], infos[at]["pid"], infos[at]["device"])
-            for at, rank in order
-        ]
+        self.update(
+            ranks=[
+                RankInfo(rank, ids[at], infos[at]["host"], infos[at]["pid"], infos[at]["device"])
+                for at, rank in order
+            ]
+        )
         await self.init_group()
 
     async def init_group(self) -> None:
@@ -622,11 +624,9 @@ class DistCluster:
                 f"creating the process group took longer than {spec.timeout + 60:.0f} s; "
                 "check that every rank can reach rank 0, then %dist_cluster restart"
             ) from None
-        for r in self.ranks:
-            r.backend = self.backend
         # Every rank's transport ports, so recovery can sever a stuck collective.
         self.pair_ports = sorted({p for result in ar.get() for p in result.get("ports", [])})
-        self._record_ranks()
+        self.update(ranks=[replace(r, backend=self.backend) for r in self.ranks])
 
     def local_pids(self) -> list[int]:
         """Pids of the processes this kernel started: controller and local engines."""
@@ -715,23 +715,31 @@ class DistCluster:
             ipp_cluster_id=self._ipp.cluster_id,
         )
 
-    def _record_ranks(self) -> None:
-        record(self.writer(), "set_ranks", self.id, [r.to_dict() for r in self.ranks])
+    # --- the one door of its facts (facts.py) --------------------------------------
+    def move(
+        self,
+        new: ClusterState,
+        *,
+        spec: ClusterSpec | None = None,
+        ranks: Iterable[RankInfo] | None = None,
+        failure: str | None | Keep = KEEP,
+        only_from: Iterable[ClusterState] | None = None,
+    ) -> bool:
+        """The one way this cluster's state and the facts that travel with it change:
+        checked against ``protocol.TRANSITIONS`` (IllegalMove otherwise: a bug of ours),
+        under the cluster's lock, and recorded in the run store in the same step, so
+        memory and store never disagree (``ClusterFacts.move``)."""
+        return self.facts.move(new, spec=spec, ranks=ranks, failure=failure, only_from=only_from)
 
-    def move(self, new: ClusterState) -> None:
-        """The one way this cluster's state changes: the move is checked against
-        ``protocol.TRANSITIONS`` (IllegalMove otherwise: a bug of ours, never a state
-        the store would refuse in silence) and recorded in the run store, so memory and
-        store never disagree."""
-        check_move(self.state, new, ClusterState, f"cluster {self.id}")
-        self.state = new
-        self._store_state(new.value)
+    def update(
+        self, *, spec: ClusterSpec | None = None, ranks: Iterable[RankInfo] | None = None
+    ) -> None:
+        """Change the spec or the rank table in the state the cluster is in now."""
+        self.facts.update(spec=spec, ranks=ranks)
 
-    def _store_state(self, state: str) -> None:
-        record(self.writer(), "set_cluster_state", self.id, state, self.backend)
-        if state in ("stopped", "failed"):
-            for r in self.ranks:
-                record(self.writer(), "set_rank_state", self.id, r.rank, "stopped")
+    def move_rank(self, rank: int, new: EngineState | str) -> bool:
+        """Move one rank's state, checked and recorded (``ClusterFacts.move_rank``)."""
+        return self.facts.move_rank(rank, new)
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"

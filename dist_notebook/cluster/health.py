@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psutil
 
 from .. import envvars
-from ..protocol import ClusterState
+from ..protocol import ClusterState, EngineState
 from ..store import StoreWriter
 from ..store.recorder import record
 from . import reap
@@ -38,7 +38,7 @@ from .spec import ClusterSpec
 if TYPE_CHECKING:
     import ipyparallel as ipp
 
-    from .cluster import RankInfo
+    from .facts import RankInfo
 
 log = logging.getLogger("dist_notebook")
 
@@ -82,12 +82,21 @@ class Watched(Protocol):
     """What health reads and does of its cluster (``DistCluster`` is one)."""
 
     id: str
-    spec: ClusterSpec
-    state: ClusterState
-    ranks: list[RankInfo]
     client: ipp.Client | None
-    # Why the cluster cannot work until restarted; health sets it when the controller dies.
-    failure: str | None
+
+    @property
+    def spec(self) -> ClusterSpec: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def ranks(self) -> list[RankInfo]: ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why the cluster cannot work until restarted (set by a move to failed)."""
+        ...
 
     @property
     def started(self) -> bool:
@@ -108,7 +117,11 @@ class Watched(Protocol):
 
     def local_pids(self) -> list[int]: ...
 
-    def move(self, new: ClusterState) -> None: ...
+    def move(
+        self, new: ClusterState, *, failure: str | None = None, only_from: Any = None
+    ) -> bool: ...
+
+    def move_rank(self, rank: int, new: EngineState | str) -> bool: ...
 
     async def restart(self, everything: bool = False) -> Any: ...
 
@@ -205,10 +218,11 @@ class Health:
         """Record dead ranks: the cluster needs a restart before the next cell."""
         for info in self.cluster.ranks:
             if info.rank in ranks:
-                info.state = "unresponsive" if ranks[info.rank].startswith(UNRESPONSIVE) else "dead"
-                record(
-                    self.cluster.writer(), "set_rank_state", self.cluster.id, info.rank, info.state
+                how = ranks[info.rank]
+                state = (
+                    EngineState.UNRESPONSIVE if how.startswith(UNRESPONSIVE) else EngineState.DEAD
                 )
+                self.cluster.move_rank(info.rank, state)
                 record(
                     self.cluster.writer(),
                     "add_event",
@@ -217,8 +231,9 @@ class Health:
                     cluster_id=self.cluster.id,
                     rank=info.rank,
                 )
-        if ranks and self.cluster.state == ClusterState.READY:
-            self.cluster.move(ClusterState.DEGRADED)
+        if ranks:
+            # Only from ready, atomically: a restart or stop that moved it meanwhile wins.
+            self.cluster.move(ClusterState.DEGRADED, only_from=(ClusterState.READY,))
 
     def _watch_health(self) -> None:
         """While the cluster runs: notice an engine the controller dropped (a stopped or
@@ -299,12 +314,11 @@ class Health:
             if isinstance(code, int) and code < 0
             else (f"exit code {code}")
         )
-        self.cluster.failure = (
-            f"the controller died ({how}): run %dist_cluster restart to start a new one"
+        # Its ranks stop too, in memory and in the store (the one door: facts.py).
+        self.cluster.move(
+            ClusterState.FAILED,
+            failure=f"the controller died ({how}): run %dist_cluster restart to start a new one",
         )
-        for info in self.cluster.ranks:
-            info.state = "stopped"
-        self.cluster.move(ClusterState.FAILED)  # its ranks stopped in the store too
         record(
             self.cluster.writer(), "add_event", "controller-died", how, cluster_id=self.cluster.id
         )

@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
+from .facts import RankInfo
 from .placement import PlacementError, host_counts, ranks_across_hosts
 
 if TYPE_CHECKING:
     import ipyparallel as ipp
 
-    from .cluster import DistCluster, RankInfo
+    from .cluster import DistCluster
     from .engines import Resized
     from .health import Health
     from .owner import ClusterOwner
@@ -77,9 +78,6 @@ class Scalable(Protocol):
     """What scale and the engines strategies' ``plan_scale``/``resize`` ask of a
     cluster (``DistCluster`` is one): nothing else of it is touched."""
 
-    spec: ClusterSpec
-    state: ClusterState
-    ranks: list[RankInfo]
     master_addr: str | None
     progress: Callable[[str], None]
     owner: ClusterOwner
@@ -87,6 +85,19 @@ class Scalable(Protocol):
 
     @property
     def n(self) -> int: ...
+
+    @property
+    def spec(self) -> ClusterSpec: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def ranks(self) -> list[RankInfo]: ...
+
+    def update(
+        self, *, spec: ClusterSpec | None = None, ranks: list[RankInfo] | None = None
+    ) -> None: ...
 
     def require_client(self) -> ipp.Client: ...
 
@@ -113,7 +124,7 @@ class Scalable(Protocol):
 
     def configure_engine_launcher(self) -> None: ...
 
-    def move(self, new: ClusterState) -> None: ...
+    def move(self, new: ClusterState) -> bool: ...
 
     async def init_group(self) -> None: ...
 
@@ -176,13 +187,12 @@ def scale_sync(cluster: DistCluster, n: int, hosts: str | None = None) -> float:
 
 async def _regroup(cluster: Scalable, resized: Resized) -> None:
     """Every engine of the new layout placed, given its threads, and in a new group."""
-    from .cluster import RankInfo
-
     client = cluster.require_client()
     ids = resized.ids
-    cluster.ranks, cluster.master_addr = await ranks_across_hosts(
+    ranks, cluster.master_addr = await ranks_across_hosts(
         client, ids, RankInfo, resized.previous, resized.kept
     )
+    cluster.update(ranks=ranks)
     # Survivors were started for the old layout (a local cluster's cores over its old
     # rank count; a remote host's cores over its old ranks there), and ranks of a Slurm
     # job that shares a node with another job counted only their own job's ranks.

@@ -21,6 +21,7 @@ from ..metrics import RunMetrics
 from ..protocol import ACTIVE_RUN_STATES, RunState
 from ..store import StoreError, StoreReader
 from ..training.run import RunResult
+from ..training.states import RunStates
 from .sink import STREAM_EVENT
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ class KeptRun:
         self.id = run_id
         self.name = name
         self.ranks = list(ranks)
-        self.state = RunState.PENDING
-        self.rank_states: dict[int, str] = {r: "pending" for r in self.ranks}
+        # The keeper's run, as the store has it: mirrored, never moved here.
+        self.states = RunStates(run_id, self.ranks)
         self.metrics = RunMetrics(
             self.ranks, hosts={r.rank: r.host for r in getattr(cluster, "ranks", [])}
         )
@@ -49,6 +50,14 @@ class KeptRun:
         self._records_seq = 0
         self._stream_seq = 0
         self._reader: StoreReader | None = None
+
+    @property
+    def state(self) -> RunState:
+        return self.states.state
+
+    @property
+    def rank_states(self) -> dict[int, str]:
+        return self.states.ranks
 
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -79,9 +88,7 @@ class KeptRun:
         self.started = row.get("started") or self.started
         state = RunState(row["state"]) if row["state"] in RunState._value2member_map_ else None
         ranks = {r["rank"]: r["state"] for r in row.get("ranks", [])}
-        if state is not None and (state != self.state or ranks != self.rank_states):
-            self.state = state
-            self.rank_states.update(ranks)
+        if state is not None and self.states.mirror(state, ranks):
             self.error = row.get("error")
             for listener in self._listeners:
                 listener()

@@ -94,16 +94,20 @@ def orphan_reason(kernel_pid: int | None) -> str:
 
 
 def _guarded_cluster(
-    cluster_id: str, state: ClusterState, backend: str | None, now: float | None
+    cluster_id: str,
+    state: ClusterState,
+    backend: str | None,
+    now: float | None,
+    n: int | None = None,
 ) -> tuple[str, Sequence[Any]]:
     allowed = predecessors(state, ClusterState)
     ended = state in (ClusterState.STOPPED, ClusterState.FAILED, ClusterState.ORPHANED)
     stopped = now if ended else None
     return (
-        "UPDATE clusters SET state = ?, backend = COALESCE(?, backend),"
-        " stopped = COALESCE(?, stopped) WHERE id = ?"
+        "UPDATE clusters SET state = ?, backend = COALESCE(?, backend), n = COALESCE(?, n),"
+        " stopped = CASE WHEN ? IS NULL THEN NULL ELSE COALESCE(stopped, ?) END WHERE id = ?"
         f" AND state IN ({', '.join('?' * len(allowed))})",
-        (state.value, backend, stopped, cluster_id, *allowed),
+        (state.value, backend, n, stopped, stopped, cluster_id, *allowed),
     )
 
 
@@ -282,17 +286,26 @@ class StoreWriter(QueuedWriter):
         profile_dir: str,
         ipp_cluster_id: str,
     ) -> None:
+        """The cluster's row, made at its first start. A later life of the cluster (a
+        start after a failure or a stop) keeps the row's first start time and its state
+        (moved along the protocol by ``set_cluster_state``), and takes the new life's
+        processes: the first life's record is never replaced by a fresh 'starting' row."""
         self._write(
-            "INSERT OR REPLACE INTO clusters (id, state, backend, n, started, kernel_pid,"
-            " profile_dir, ipp_cluster_id) VALUES (?, 'starting', ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO clusters (id, state, backend, n, started, kernel_pid,"
+            " profile_dir, ipp_cluster_id) VALUES (?, 'starting', ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET backend = excluded.backend, n = excluded.n,"
+            " kernel_pid = excluded.kernel_pid, profile_dir = excluded.profile_dir,"
+            " ipp_cluster_id = excluded.ipp_cluster_id",
             (cluster_id, backend, n, time.time(), kernel_pid, profile_dir, ipp_cluster_id),
         )
 
-    def set_cluster_state(self, cluster_id: str, state: str, backend: str | None = None) -> None:
-        """Move the cluster to *state* along the protocol's transitions only: a state
-        written by another process (the server's ``orphaned``, a ``stopped``) is never
-        overwritten by this one's stale view."""
-        self._many([_guarded_cluster(cluster_id, ClusterState(state), backend, time.time())])
+    def set_cluster_state(
+        self, cluster_id: str, state: str, backend: str | None = None, n: int | None = None
+    ) -> None:
+        """Move the cluster to *state* (and its rank count to *n*, if given) along the
+        protocol's transitions only: a state written by another process (the server's
+        ``orphaned``, a ``stopped``) is never overwritten by this one's stale view."""
+        self._many([_guarded_cluster(cluster_id, ClusterState(state), backend, time.time(), n)])
 
     def set_ranks(self, cluster_id: str, ranks: Iterable[Mapping[str, Any]]) -> None:
         stmts: list[tuple[str, Sequence[Any]]] = [

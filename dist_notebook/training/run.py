@@ -34,6 +34,7 @@ from ..store import StoreWriter
 from ..store.recorder import record
 from .collector import Collector
 from .iterators import ended_by_stop, stop_iteration_hint
+from .states import RunStates
 
 if TYPE_CHECKING:
     from ..cluster.cluster import DistCluster
@@ -133,8 +134,8 @@ class TrainingRun:
         self.id = uuid.uuid4().hex[:12]
         self.name = spec.name or f"run-{time.strftime('%H%M%S')}-{self.id[:4]}"
         self.ranks = list(spec.ranks) if spec.ranks is not None else list(range(cluster.n))
-        self.state = RunState.PENDING
-        self.rank_states = {r: "pending" for r in self.ranks}
+        # Its state and its ranks': changed only by _set_state (training/states.py).
+        self.states = RunStates(self.id, self.ranks, writer)
         self.metrics = RunMetrics(
             self.ranks, hosts={r.rank: r.host for r in getattr(cluster, "ranks", [])}
         )
@@ -331,6 +332,14 @@ class TrainingRun:
             hint=hint,
         )
 
+    @property
+    def state(self) -> RunState:
+        return self.states.state
+
+    @property
+    def rank_states(self) -> dict[int, str]:
+        return self.states.ranks
+
     def _set_state(
         self,
         state: RunState,
@@ -338,9 +347,6 @@ class TrainingRun:
         error: str | None = None,
         failures: RankError | None = None,
     ) -> None:
-        self.state = state
-        self.rank_states.update(ranks)
-        record(self._writer, "set_run_state", self.id, state.value, error)
         detail = (
             {
                 f.rank: f"{f.error.ename}: {f.error.evalue}"
@@ -350,7 +356,6 @@ class TrainingRun:
             if failures
             else {}
         )
-        for rank, rank_state in ranks.items():
-            record(self._writer, "set_run_rank", self.id, rank, rank_state, detail.get(rank))
+        self.states.move(state, ranks, error, detail)
         for listener in self._listeners:
             listener()

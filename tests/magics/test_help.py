@@ -84,7 +84,7 @@ def test_status_of_a_cluster_that_never_started(
     from dist_notebook.magics.session import Session
 
     cluster = DistCluster(ClusterSpec(n=2))
-    cluster.state = ClusterState.FAILED
+    cluster.move(ClusterState.FAILED)  # a start refused before it began
     Session.for_shell(no_cluster).cluster = cluster
     no_cluster.run_line_magic("dist_cluster", "status")
     assert "failed" in capsys.readouterr().out

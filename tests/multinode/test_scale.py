@@ -96,6 +96,25 @@ def test_scale_down_stops_the_highest_ranks(shell: Any, cluster: Any) -> None:
     assert cluster.dead_ranks() == {}
 
 
+def _said_of(cluster: Any) -> list[tuple[str, int, dict[int, str]]]:
+    """(state, n, {rank: state}) of *cluster* in memory, in the run store and in the REST
+    API's answer (the server's manager over the same store, as its handler replies)."""
+    from dist_notebook.server.manager import RunStoreManager
+    from dist_notebook.store import StoreReader
+
+    reader = StoreReader()
+    try:
+        row = reader.cluster(cluster.id)
+    finally:
+        reader.close()
+    api = RunStoreManager().cluster(cluster.id)
+    return [
+        (cluster.state.value, cluster.n, {r.rank: r.state for r in cluster.ranks}),
+        (row["state"], row["n"], {r["rank"]: r["state"] for r in row["ranks"]}),
+        (api["state"], api["n"], {r["rank"]: r["state"] for r in api["ranks"]}),
+    ]
+
+
 def test_every_rank_takes_the_thread_count_of_the_new_layout(shell: Any, cluster: Any) -> None:
     # The cores over the ranks: the survivor of 2 -> 1 gets twice the threads (on any
     # machine of 2 cores or more), and both ranks of 1 -> 2 get half.
@@ -109,6 +128,19 @@ def test_scale_errors_name_the_fix(shell: Any, cluster: Any) -> None:
         shell.run_line_magic("dist_cluster", "scale")
     with pytest.raises(UsageError, match="must be 1 or more"):
         shell.run_line_magic("dist_cluster", "scale 0")
+
+
+def test_after_scale_4_memory_store_and_api_say_4_ranks_and_after_stop_stopped(
+    shell: Any, cluster: Any
+) -> None:
+    _scale(shell, 4)
+    idle = {r: "idle" for r in range(4)}
+    assert _said_of(cluster) == [("ready", 4, idle)] * 3
+    _scale(shell, 2)
+    assert _said_of(cluster) == [("ready", 2, {0: "idle", 1: "idle"})] * 3
+    cluster.stop_sync()
+    stopped = ("stopped", 2, {0: "stopped", 1: "stopped"})
+    assert _said_of(cluster) == [stopped] * 3
 
 
 THREADS = (

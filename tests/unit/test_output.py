@@ -296,12 +296,13 @@ def test_table_text_and_html() -> None:
 
 
 def test_nodes_table_is_a_row_per_node() -> None:
+    states_of = {13: "busy", 14: "busy", 40: "dead"}
     ranks = [
-        RankInfo(r, r, f"gpu{r // 8}", 100 + r, f"cuda:{r % 8}", "nccl", "idle", r // 8)
+        RankInfo(
+            r, r, f"gpu{r // 8}", 100 + r, f"cuda:{r % 8}", "nccl", states_of.get(r, "idle"), r // 8
+        )
         for r in range(64)
     ]
-    ranks[13].state = ranks[14].state = "busy"
-    ranks[40].state = "dead"
     table = nodes_table(ranks, "cluster x: ready, 64 ranks")
     assert [row[:5] for row in table.rows] == [
         [str(n), f"gpu{n}", f"{8 * n}-{8 * n + 7}", "8", "cuda:0-7"] for n in range(8)

@@ -64,7 +64,7 @@ class LocalEngines(EnginesStrategy):
             before = set(client.ids)
             kept = [r.engine_id for r in cluster.ranks]
             added = n - cluster.n
-            cluster.spec = _resized(cluster.spec, n)
+            cluster.update(spec=_resized(cluster.spec, n))
             cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}")
             await cluster.start_engines(added, n - added)
             await cluster.wait_for_engines(before, added)
@@ -77,8 +77,9 @@ class LocalEngines(EnginesStrategy):
                 if getattr(launcher, "pid", None) in pids:
                     cluster.health.bury(set_id, identifier)  # first: a stopped engine is no death
                     await launcher.stop()
-        cluster.spec = _resized(cluster.spec, n)
-        cluster.ranks = [r for r in cluster.ranks if r.rank < n]
+        cluster.update(
+            spec=_resized(cluster.spec, n), ranks=[r for r in cluster.ranks if r.rank < n]
+        )
         return Resized([r.engine_id for r in cluster.ranks])
 
 

@@ -123,8 +123,10 @@ class RemoteEngines(EnginesStrategy):
         spec = cluster.spec
         have = self._layout_of(cluster, plan.origins, kept) if target else {}
         hosts = tuple(target.items()) if target else spec.hosts
-        cluster.spec = dataclasses.replace(spec, n=n, hosts=hosts, scaled=True)
-        cluster.ranks = [r for r in cluster.ranks if r.engine_id not in gone]
+        cluster.update(
+            spec=dataclasses.replace(spec, n=n, hosts=hosts, scaled=True),
+            ranks=[r for r in cluster.ranks if r.engine_id not in gone],
+        )
         added = n - len(kept)
         new: list[int] = []
         if added > 0:
@@ -141,8 +143,10 @@ class RemoteEngines(EnginesStrategy):
                     await cluster.drop_engine_set(set_id)
                 known = dict(spec.hosts)
                 left = tuple((h, have.get(h, 0)) for h in target if h in known or have.get(h))
-                cluster.spec = dataclasses.replace(
-                    cluster.spec, n=len(kept), hosts=left or spec.hosts, scaled=True
+                cluster.update(
+                    spec=dataclasses.replace(
+                        cluster.spec, n=len(kept), hosts=left or spec.hosts, scaled=True
+                    )
                 )
                 cluster.configure_engine_launcher()
                 raise self._grow_failed(n, added, growth(target, have), kept, e) from e
