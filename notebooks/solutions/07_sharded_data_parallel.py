@@ -45,6 +45,20 @@ def zero_step(stage, params, grad, state):
     all_gather(params, shard)  # every rank: the whole updated vector
     return kept
 
+# %% zero-by-hand right: ZeRO-1 as DeepSpeed and the Playbook write it: reduce_scatter, update, all_gather
+%%dist
+def zero_step(stage, params, grad, state):
+    n = params.numel() // world_size
+    mine = slice(rank * n, (rank + 1) * n)
+    grad_shard = torch.empty(n, device=params.device)
+    reduce_scatter(grad_shard, grad)  # my shard's sum, in both stages
+    grad_shard /= world_size
+    shard = params[mine].clone()
+    adam(shard, grad_shard, state)
+    all_gather(params, shard)
+    # ZeRO-1 keeps the whole gradient buffer backward wrote; ZeRO-2 only the averaged shard
+    return grad if stage == 1 else grad_shard
+
 # %% zero-by-hand wrong: ZeRO-2 as an all_reduce and a slice (the whole averaged gradient arrives anyway)
 %%dist
 def zero_step(stage, params, grad, state):
