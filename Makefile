@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e ".[test,lab]"
+	$(PIP) install -q -e ".[test,lab,ray]"
 	touch $(STAMP)
 
 -include mk/extension.mk

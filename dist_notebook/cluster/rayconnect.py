@@ -1,0 +1,86 @@
+"""Connecting this process to a Ray cluster, as ``ray.init()`` does, with our errors.
+
+The address comes from ``--address``, else ``RAY_ADDRESS``, else a Ray cluster running
+on this machine (``address="auto"``); none of these starts a new Ray instance. Every
+failure is one line naming the fix (``RayConnectError``).
+
+A Ray cluster on loopback (``ray start --head --node-ip-address 127.0.0.1``): Ray turns
+127.0.0.1 into the machine's own address, in ``ray start`` and in the driver alike,
+unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set before Ray is imported (it then
+keeps loopback, a one-machine cluster). We set it for a loopback address only, and
+only before Ray is imported here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+NAMESPACE = "dist_notebook"
+START_HINT = "ray start --head --num-cpus N --node-ip-address 127.0.0.1"
+
+
+class RayConnectError(RuntimeError):
+    """No Ray cluster could be reached; the message says how to get one."""
+
+
+def chosen_address(address: str = "") -> str:
+    """The address to connect to: *address*, else ``RAY_ADDRESS``, else "auto"."""
+    return address or os.environ.get("RAY_ADDRESS", "") or "auto"
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rpartition(":")[0] or address
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a RayConnectError naming the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise RayConnectError(
+            "--launcher ray needs Ray: pip install 'dist-notebook[ray]'"
+        ) from None
+    return ray
+
+
+def connect(address: str = "") -> Any:
+    """Connect this process to the Ray cluster at *address* (see the module); return
+    the ``ray`` module. Already connected: that connection is kept."""
+    target = chosen_address(address)
+    import sys
+
+    if _is_loopback(target) and "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_VAR, "0")
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    try:
+        ray.init(
+            address=target,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except ConnectionError as e:
+        where = (
+            "no Ray cluster is running here and neither --address nor RAY_ADDRESS names one"
+            if target == "auto"
+            else f"no Ray cluster answers at {target} ({str(e).splitlines()[0][:160]})"
+        )
+        raise RayConnectError(
+            f"{where}: start one with `{START_HINT}`, or pass --address HOST:PORT"
+        ) from None
+    return ray
+
+
+def free_resources() -> str:
+    """What the connected Ray cluster has free, for messages: "CPU 2/4, GPU 0/0"."""
+    import ray
+
+    free, total = ray.available_resources(), ray.cluster_resources()
+    return ", ".join(
+        f"{name} {free.get(name, 0):g}/{total.get(name, 0):g}" for name in ("CPU", "GPU")
+    )

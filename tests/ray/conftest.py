@@ -1,0 +1,75 @@
+"""A Ray head on loopback for the Ray tests, started once per test run and ended after.
+
+``ray start --head --block`` stays our child: ending it (SIGTERM) ends every process it
+started. Its ports are Ray's own choice (0), but for the Ray Client server, which takes
+no 0: a free port found now. Its files go to a private temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+START_TIMEOUT_S = 150.0
+STOP_TIMEOUT_S = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def head_env(temp: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 (rayconnect.py)
+    env["RAY_TMPDIR"] = temp
+    return env
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Iterator[str]:
+    """The head's address (127.0.0.1:PORT), with 4 CPUs."""
+    temp = tempfile.mkdtemp(prefix="ray-")
+    ray = Path(sys.executable).with_name("ray")
+    cmd = [str(ray), "start", "--head", "--block", "--num-cpus", "4"]
+    cmd += ["--node-ip-address", "127.0.0.1", "--port", "0", "--dashboard-host", "127.0.0.1"]
+    cmd += ["--dashboard-port", "0", "--ray-client-server-port", str(_free_port())]
+    cmd += ["--temp-dir", temp, "--disable-usage-stats"]
+    log = open(os.path.join(temp, "head.log"), "wb")  # noqa: SIM115  closed below
+    head = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=head_env(temp))
+    address_file = Path(temp) / "ray_current_cluster"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while not (address_file.exists() and address_file.read_text().strip()):
+            if head.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                tail = Path(temp, "head.log").read_text(errors="replace")[-2000:]
+                pytest.fail(f"the Ray head did not start ({head.poll()}):\n{tail}")
+            time.sleep(0.5)
+        address = address_file.read_text().strip()
+        assert address.startswith("127.0.0.1:"), address
+        yield address
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait(STOP_TIMEOUT_S)
+        log.close()
+        shutil.rmtree(temp, ignore_errors=True)
