@@ -43,7 +43,7 @@ export interface IClusterModel {
   kernel_pid: number | null;
   /** A detached cluster's keeper (it outlives kernels): null for a kernel's own. */
   detached: IDetachedModel | null;
-  /** Why the server will not interrupt or stop it (not this user's own): null when it acts. */
+  /** Why the server will not interrupt or stop it (a store or profile folder that is not this user's own): the panel shows it without its buttons. Null: they act. */
   read_only: string | null;
   ranks: IRankModel[];
 }
