@@ -12,7 +12,7 @@ TORCH := torch==2.13.0
 # apt-get waits for another apt-get's dpkg lock (up to 10 minutes) instead of failing.
 APT_GET := apt-get -o DPkg::Lock::Timeout=600
 
-.PHONY: venv lab test test-fast lint bench chromium clean
+.PHONY: venv lab test test-fast lint bench chromium clean docs
 
 # The package's bytecode is compiled as a wheel install would (an editable install is
 # not, and with PYTHONDONTWRITEBYTECODE set nothing ever is): every kernel, fork server
@@ -68,6 +68,15 @@ lint: venv ext-lint
 bench: venv
 	$(PIP) install -q -e ".[bench]"
 	$(PY) bench/run_all.py
+
+# The docs site (docs/, built into docs/_build/html): warnings are errors (broken internal
+# links among them); the getting-started page runs in a fresh kernel with 2 CPU ranks and a
+# run store of its own.
+docs: venv
+	@$(PY) -c "import myst_nb, furo" 2>/dev/null || $(PIP) install -q -e ".[docs]"
+	@store=$$(mktemp -d) && DIST_NOTEBOOK_STORE=$$store/runs.sqlite CUDA_VISIBLE_DEVICES= \
+		$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html; \
+		rc=$$?; rm -rf "$$store"; exit $$rc
 
 clean:
 	rm -rf $(VENV) extension/node_modules extension/lib dist_notebook/labextension/static dist_notebook/display/static
