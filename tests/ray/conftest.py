@@ -1,4 +1,8 @@
-"""A Ray head on loopback for the Ray tests, started once per test run and ended after.
+"""A Ray head on loopback for the Ray tests, started once for tests/ray and ended after them.
+
+Package scope, not session: a head left running (gcs, raylet, its prestarted workers) took
+CPU from every later test of the run, and two kernels starting clusters right after it
+missed their 120 s bound on a 2-core machine.
 
 ``ray start --head --block`` stays our child: ending it (SIGTERM) ends every process it
 started. Its ports are Ray's own choice (0), but for the Ray Client server, which takes
@@ -41,7 +45,7 @@ def head_env(temp: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_head() -> Iterator[str]:
     """The head's address (127.0.0.1:PORT), with 4 CPUs."""
     temp = tempfile.mkdtemp(prefix="ray-")
