@@ -49,7 +49,7 @@ def test_every_block_says_what_it_is_for() -> None:
     found = blocks(README.read_text(encoding="utf-8"))
     unknown = [(i, lang) for i, (lang, _) in enumerate(found) if lang not in KNOWN]
     assert not unknown, f"blocks without a known fence language {sorted(KNOWN)}: {unknown}"
-    assert sum(lang == RUN for lang, _ in found) >= 5
+    assert sum(lang == RUN for lang, _ in found) >= 4
 
 
 def test_fences_are_read_as_a_reader_sees_them() -> None:
@@ -124,8 +124,5 @@ def test_readme_python_blocks_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> 
     assert re.search(r"cluster \w+: ready in", out[0]), out[0]
     assert "[rank 0] 0 2 899" in out[1] and "[rank 1] 1 2 898" in out[1], out[1]
     assert "succeeded 400" in "".join(out), out
-    assert "0 AssertionError [0]" in "".join(out), out  # the caught RankError
     assert (work / "digits.csv").stat().st_size > 0
-    assert "[(0, 2), (1, 2)]" in "".join(out), out
-    assert list((work / "checkpoints" / "digits-ckpt").iterdir()), "no checkpoint written"
-    assert list((work / "runs").glob("digits-tb-*/rank1")), "no TensorBoard events of rank 1"
+    # the examples that moved into the docs pages: test_docs_examples.py
