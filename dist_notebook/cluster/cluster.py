@@ -39,6 +39,8 @@ from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from ..store.schema import full_disk_message
 from . import limits, reap, registry
+from . import scale as scaling
+from .errors import ClusterError
 from .facts import KEEP, ClusterFacts, Keep, RankInfo
 from .health import Health
 from .launchers import (
@@ -58,10 +60,6 @@ Progress = Callable[[str], None]
 
 # Seconds without a new engine in a start's wait before a fresh client looks again.
 RESYNC_S = 5.0
-
-
-class ClusterError(RuntimeError):
-    """The cluster could not do what was asked; the message says why and what to do."""
 
 
 def _quiet(_: str) -> None:
@@ -312,9 +310,7 @@ class DistCluster:
     async def scale(self, n: int, hosts: str | None = None) -> float:
         """Make the cluster have *n* ranks between cells (ssh, mpi: laid out as *hosts*
         says, if given); the seconds it took (cluster/scale.py)."""
-        from .scale import scale
-
-        return await scale(self, n, hosts)
+        return await scaling.scale(self, n, hosts)
 
     scale_sync = sync_twin(scale)
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from ..store import StoreError
 from ..store.control import ControlQueue
+from .errors import ClusterError
 
 if TYPE_CHECKING:
     from .cluster import DistCluster
@@ -100,8 +101,6 @@ class ClusterOwner:
         scale that removes ranks) end it."""
         run = self.active_run()
         if run is not None:
-            from .cluster import ClusterError
-
             raise ClusterError(
                 f"{doing} while run {run.name} trains in the background on these ranks: "
                 "wait until it ends (%dist_runs shows it), or stop it (its dashboard's Stop, "

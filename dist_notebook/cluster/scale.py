@@ -49,8 +49,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..engine.rankenv import set_threads
 from ..protocol import ClusterState
 from . import limits
+from .errors import ClusterError, GrowError, ScaleError  # noqa: F401 (scale's errors)
 from .facts import RankInfo
 from .placement import PlacementError, host_counts, ranks_across_hosts
+from .spec import ClusterConfigError
 
 if TYPE_CHECKING:
     import ipyparallel as ipp
@@ -60,18 +62,6 @@ if TYPE_CHECKING:
     from .health import Health
     from .owner import ClusterOwner
     from .spec import ClusterSpec
-
-
-class ScaleError(RuntimeError):
-    """The cluster cannot be scaled as asked; the message names the fix."""
-
-
-class GrowError(ScaleError):
-    """New engines did not start; the cluster goes on with the engines it kept."""
-
-    def __init__(self, message: str, kept: list[int]) -> None:
-        super().__init__(message)
-        self.kept = kept
 
 
 class Scalable(Protocol):
@@ -132,9 +122,6 @@ class Scalable(Protocol):
 
 
 def check(cluster: Scalable, n: int, hosts: str | None = None) -> None:
-    from .cluster import ClusterError
-    from .spec import ClusterConfigError
-
     spec = cluster.spec
     try:
         cluster.owner.refuse_during_run(f"cannot scale to {n} ranks")
