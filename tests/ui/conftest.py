@@ -111,9 +111,53 @@ def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 
 @pytest.fixture(scope="session")
-def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """One JupyterLab for every test that tolerates the others' runs in its store."""
+def shared_lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The one JupyterLab of the session behind `shared_lab`."""
     yield from _lab(tmp_path_factory.mktemp("shared-lab"), "shared")
+
+
+@pytest.fixture
+def shared_lab(shared_lab_server: Lab) -> Iterator[Lab]:
+    """One JupyterLab for every test that tolerates the others' runs in its store; the
+    kernels a test started (and so its clusters) are shut down after it, passed or failed,
+    so the next test finds the server idle."""
+    yield shared_lab_server
+    shut_down_kernels(shared_lab_server)
+
+
+def _api(lab: Lab, path: str, method: str = "GET") -> object:
+    request = urllib.request.Request(f"{lab.url}api/{path}?token={lab.token}", method=method)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        body = response.read()
+    return json.loads(body) if body else None
+
+
+def shut_down_kernels(lab: Lab, timeout: float = 60) -> None:
+    """Shut down every kernel of *lab* through its REST API; fail if any is left after
+    *timeout* s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sessions = _api(lab, "sessions")
+        assert isinstance(sessions, list)
+        for session in sessions:  # a notebook's session shuts its kernel down with it
+            try:
+                _api(lab, f"sessions/{session['id']}", method="DELETE")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:  # 404: it ended meanwhile
+                    raise
+        kernels = _api(lab, "kernels")
+        assert isinstance(kernels, list)
+        if not kernels:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"kernels left running on the shared lab: {kernels}; see {lab.log}")
+        for kernel in kernels:
+            try:
+                _api(lab, f"kernels/{kernel['id']}", method="DELETE")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:  # 404: it ended meanwhile
+                    raise
+        time.sleep(0.5)
 
 
 @pytest.fixture
