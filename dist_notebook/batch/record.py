@@ -16,14 +16,17 @@ import socket
 import sys
 import time
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import training as engine_training
 from ..metrics import RunMetrics
 from ..protocol import Record
 from ..store.recorder import record
-from . import runtime
+from . import outcomes
 from .control import owner_pid, watch
+
+if TYPE_CHECKING:
+    from . import runtime
 
 
 class _Unkept(RunMetrics):
@@ -87,7 +90,7 @@ class BatchRun:
         }
         self.tensorboard = tensorboard
         self.mlflow = mlflow
-        self.cluster_id, self.run_id = runtime.new_ids()
+        self.cluster_id, self.run_id = outcomes.new_ids()
         self.writer: Any = None
         self.watching: Any = None  # the panel's Stop, on one host (control.py)
         self.collector: Any = None
@@ -175,11 +178,11 @@ class BatchRun:
     def _conclude(self, own: tuple[str, str | None]) -> None:
         """On rank 0: every rank's last records and outcome, then the run's end."""
         others = [r for r in self.ranks if r != 0]
-        outcomes = runtime.get_outcomes(self.run_id, others, runtime.END_WAIT_S)
-        outcomes[0] = own
-        self.collector.wait_for_ends(set(self.ranks), timeout=runtime.END_WAIT_S)
+        found = outcomes.get_outcomes(self.run_id, others, outcomes.END_WAIT_S)
+        found[0] = own
+        self.collector.wait_for_ends(set(self.ranks), timeout=outcomes.END_WAIT_S)
         self.collector.close()
-        states = _released({r: outcomes.get(r, ("cancelled", None)) for r in self.ranks})
+        states = _released({r: found.get(r, ("cancelled", None)) for r in self.ranks})
         failed = {r: e for r, (s, e) in states.items() if s == "failed"}
         if failed:
             state = "failed"
@@ -235,11 +238,11 @@ class BatchRun:
         held = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             engine_training.end_run()  # the last message carries the end mark
-            own = runtime.outcome(exc)
+            own = outcomes.outcome(exc)
             if self.job.rank == 0:
                 self._conclude(own)
             else:
-                runtime.put_outcome(self.run_id, self.job.rank, *own)
+                outcomes.put_outcome(self.run_id, self.job.rank, *own)
         finally:
             signal.signal(signal.SIGTERM, held)
 

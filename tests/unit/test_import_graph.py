@@ -167,7 +167,6 @@ KNOWN: list[set[str]] = [
         ).split()
     },
     {"dist_notebook.cluster.onranks.execute", "dist_notebook.cluster.onranks.mismatch"},
-    {"dist_notebook.batch.record", "dist_notebook.batch.runtime"},
 ]
 
 
