@@ -23,6 +23,7 @@ import {
 import type { IRankSummary, IRunSummary } from './protocol';
 import { formatBytes, formatNumber } from './series';
 import { formatWhen, RunList } from './runlist';
+import { NO_SERVER_EXTENSION } from './request';
 import type { IClusterModel, IRankModel, IRunModel } from './contracts';
 
 /** A span of seconds as the magics write it: 90 s, 30 min, 2 h. */
@@ -111,7 +112,14 @@ export class DistPanel extends Widget {
       return; // drawn on show
     }
     const model = this.model;
-    setText(this._error, model.error ? `Cannot reach the server: ${model.error}` : '');
+    setText(
+      this._error,
+      !model.error
+        ? ''
+        : model.error === NO_SERVER_EXTENSION
+          ? model.error
+          : `Cannot reach the server: ${model.error}`
+    );
     this._error.hidden = !model.error;
 
     this.node.dataset.loaded = String(model.loaded);

@@ -19,6 +19,14 @@ import type { IRunSummary } from './protocol';
 const API_PATH = 'dist-notebook/api';
 
 /**
+ * What the panel says when the Jupyter server answers the API with its own 404 page: the
+ * labextension is installed in the server's environment but the server extension is not
+ * loaded there (a hub's server image, an extension disabled, a server not restarted).
+ */
+export const NO_SERVER_EXTENSION =
+  "This Jupyter server has no dist-notebook server extension: run pip install dist-notebook in the server's environment (or jupyter server extension enable dist_notebook.server there), then restart the server.";
+
+/**
  * Call the API at *endpoint* (relative to `{base_url}/dist-notebook/api/`) and parse
  * its JSON answer; a non-2xx answer raises `ServerConnection.ResponseError` with the
  * server's message.
@@ -43,6 +51,11 @@ export async function requestAPI<T>(
     } catch {
       // not JSON: an HTML error page from a proxy or a server without the extension
     }
+  }
+  const ours = typeof data === 'object' && data !== null && 'message' in data;
+  if (response.status === 404 && !ours) {
+    // every answer of our handlers is JSON with a message, their 404s too
+    throw new ServerConnection.ResponseError(response, NO_SERVER_EXTENSION);
   }
   if (!response.ok) {
     const message =
