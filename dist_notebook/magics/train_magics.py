@@ -260,6 +260,8 @@ class TrainMagics(Magics):
                 f"run {result.name} ({result.run_id}) {result.state.value} in {took:.1f} s; "
                 f"{result.records} records"
             )
+        if result.lost:  # the records it lost, of which ranks (also the run's note)
+            print(result.lost)
         if result.hint:
             print(result.hint)
         kept_error = getattr(run, "error", None)

@@ -294,6 +294,8 @@ class QueuedWriter:
         except (sqlite3.Error, StoreError) as e:
             if _retryable(e):
                 return False
+        except Exception:  # one bad write (a value SQLite cannot hold): found alone below
+            log.debug("a batch of waiting writes failed; writing them one by one")
         for item in batch:
             try:
                 self._attempt([item])
@@ -301,6 +303,8 @@ class QueuedWriter:
                 if _retryable(e):
                     return False
                 log.warning("a write to the run store failed and is given up: %s", self._error(e))
+            except Exception as e:  # never the end of the retry thread
+                log.warning("a write to the run store failed and is given up: %r", e)
             item.job, item.records = nothing, 0  # in the store (or given up): never again
         return True
 

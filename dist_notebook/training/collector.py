@@ -4,8 +4,11 @@ Each message (a batch of one rank's records, ``dist_notebook.protocol``'s wire f
 checked against the run's key (HMAC-SHA256; anything else is dropped and counted), its
 records are added to the in-memory ``RunMetrics`` (which feeds the live view), handed to
 the run's sinks (exporters) and appended to the run store, one transaction per flush.
-``wait_for_ends()`` waits until every rank's last message (the one marked ``end``) came, so
-every record a rank sent is stored before the run ends.
+``wait_for_ends()`` waits until every rank's last message (the one marked ``end``) came, for
+as long as records still arrive (progress, not a fixed time), so every record a rank sent
+is stored before the run ends. The end mark says how many records the rank sent and gave
+up; ``losses()`` compares that with what arrived, so a run that lost any says how many of
+which rank's.
 
 Memory is bounded without dropping a legitimate record: a message larger than
 ``MAX_MESSAGE_BYTES`` disconnects its sender inside ZMQ before it is buffered (a rank
@@ -38,6 +41,9 @@ FLUSH_EVERY = 0.2  # seconds between batched writes to the run store
 DRAIN_RECORDS = 20_000
 MAX_MESSAGE_BYTES = 4 << 20
 RCVHWM = 16  # messages buffered per connection
+# The end of a run waits for the ranks' end marks while records keep coming, and gives up
+# after END_IDLE_S with none arriving (a rank's backlog is bounded: reporter.MAX_QUEUED).
+END_IDLE_S = 10.0
 
 Sink = Callable[[list[protocol.Record]], None]
 
@@ -103,6 +109,9 @@ class Collector:
         self.received = 0
         self.cpu = 0.0  # CPU seconds the collector's thread has used (decoding, storing)
         self.ended: set[int] = set()
+        self.by_rank: dict[int, int] = {}  # records received from each rank
+        self.told: dict[int, tuple[int, int]] = {}  # a rank's end mark: (sent, given up)
+        self.unstored = 0  # records the store refused for good (given up)
         self.store_error: str | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._socket = self._ctx.socket(zmq.PULL)
@@ -126,30 +135,35 @@ class Collector:
         poller.register(self._socket, zmq.POLLIN)
         last_flush = time.monotonic()
         while not self._stop.is_set():
-            batch: list[protocol.Record] = []
-            ends: list[int] = []
-            if poller.poll(50):
-                while len(batch) < DRAIN_RECORDS:
-                    try:
-                        frames = self._socket.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    batch.extend(self._verify(frames, ends))
-            if batch:
-                self.received += len(batch)
-                self.metrics.add(batch)
-                self._feed_sinks(batch)
-            del batch  # the records: what waits for the store is its rows
-            if ends:  # said once the rank's records are in: wait_for_ends sees them all
-                with self._ended_event:
-                    self.ended.update(ends)
-                    self._ended_event.notify_all()
-            if time.monotonic() - last_flush >= FLUSH_EVERY:
-                self._flush()
-                last_flush = time.monotonic()
+            try:
+                if time.monotonic() - last_flush >= FLUSH_EVERY:
+                    self._flush()
+                    last_flush = time.monotonic()
+                self._take(poller)
+            except Exception as e:  # one bad message or write is never the collector's end
+                log.warning("the metrics collector skipped a message: %s: %s", type(e).__name__, e)
             self.cpu = time.thread_time()
         self._flush()
         self.cpu = time.thread_time()
+
+    def _take(self, poller: zmq.Poller) -> None:
+        """Take what the socket holds (at most DRAIN_RECORDS records) into memory."""
+        batch: list[protocol.Record] = []
+        ends: list[int] = []
+        if poller.poll(50):
+            while len(batch) < DRAIN_RECORDS:
+                try:
+                    frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                batch.extend(self._verify(frames, ends))
+        if batch:
+            self.metrics.add(batch)
+            self._feed_sinks(batch)
+        del batch  # the records: what waits for the store is its rows
+        with self._ended_event:  # said once the rank's records are in
+            self.ended.update(ends)
+            self._ended_event.notify_all()
 
     def _verify(self, frames: list[bytes], ends: list[int]) -> list[protocol.Record]:
         """The records of one signed message; [] if forged or malformed. The rank of a
@@ -165,16 +179,26 @@ class Collector:
             at = columns.is_columns(payload)
             if at >= 0:  # report()'s columns (columns.py)
                 rank, records, end, texts = columns.read(payload, at, self.run_id)
-            else:  # rows: a rank of an older install, or a batch columns.py does not fit
-                rank, records, end = decode(json.loads(payload), self.run_id)
+            else:  # rows: the end mark, or a batch columns.py does not fit
+                message = json.loads(payload)
+                rank, records, end = decode(message, self.run_id)
                 texts = None
+                if end:
+                    self._told(rank, message)
         except (ValueError, protocol.WireError):
             self.rejected += 1
             return []
         if end:
             ends.append(rank)
         self._pending.add(records, texts)
+        self.received += len(records)
+        self.by_rank[rank] = self.by_rank.get(rank, 0) + len(records)
         return records
+
+    def _told(self, rank: int, message: dict[str, Any]) -> None:
+        sent, dropped = message.get("sent"), message.get("dropped")
+        if type(sent) is int and type(dropped) is int and sent >= 0 and dropped >= 0:
+            self.told[rank] = (sent, dropped)
 
     def _feed_sinks(self, batch: list[protocol.Record]) -> None:
         for sink in list(self.sinks):
@@ -197,18 +221,38 @@ class Collector:
                 log.warning("%s", e)
             self.store_error = str(e)
             return
+        except Exception as e:  # records the store cannot take (never a retry): counted
+            n = len(self._pending)
+            self.unstored += n
+            log.warning("%d records could not be stored and are given up: %s", n, e)
         self._pending = MetricRows(self.run_id)
 
-    def wait_for_ends(self, ranks: set[int], timeout: float) -> set[int]:
-        """Wait until *ranks* sent their end marker; return the ranks still missing."""
-        deadline = time.monotonic() + timeout
+    def wait_for_ends(self, ranks: set[int], timeout: float = END_IDLE_S) -> set[int]:
+        """Wait until *ranks* sent their end marks, as long as records keep arriving:
+        return once *timeout* s pass with none arriving; the ranks still missing."""
+        seen, since = self.received, time.monotonic()
         with self._ended_event:
             while not ranks <= self.ended:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                if self.received != seen:
+                    seen, since = self.received, time.monotonic()
+                elif time.monotonic() - since >= timeout:
                     break
-                self._ended_event.wait(left)
+                self._ended_event.wait(0.2)
             return ranks - self.ended
+
+    def losses(self, ranks: list[int]) -> dict[int, int | None]:
+        """The records lost of each of *ranks* that lost any: given up on the rank, or
+        sent and never received; None for a rank whose end mark never came (unknown)."""
+        lost: dict[int, int | None] = {}
+        for rank in ranks:
+            if rank not in self.told:
+                lost[rank] = None
+                continue
+            sent, dropped = self.told[rank]
+            n = dropped + max(0, sent - self.by_rank.get(rank, 0))
+            if n:
+                lost[rank] = n
+        return lost
 
     def close(self) -> None:
         self._stop.set()

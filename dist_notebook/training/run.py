@@ -75,6 +75,7 @@ class RunResult:
     error: RankError | None = None
     records: int = 0
     hint: str = ""  # for the end message: e.g. a data iterator the Stop left exhausted
+    lost: str = ""  # what records were lost, of which ranks ("" when none)
 
     def __repr__(self) -> str:
         took = self.ended - self.started
@@ -82,6 +83,21 @@ class RunResult:
             f"<RunResult {self.name} ({self.run_id}) {self.state.value} in {took:.1f} s, "
             f"{self.records} records>"
         )
+
+
+def lost_note(lost: dict[int, int | None], unstored: int) -> str:
+    """One line on the records a run lost ("" when none): per rank, from the ranks' end
+    marks (``Collector.losses``), and those the store refused."""
+    parts = [f"rank {r} lost {n:,} records" for r, n in sorted(lost.items()) if n]
+    unknown = sorted(r for r, n in lost.items() if n is None)
+    if unknown:
+        ranks = ", ".join(map(str, unknown))
+        parts.append(
+            f"rank{'s' if len(unknown) > 1 else ''} {ranks} never confirmed the last records"
+        )
+    if unstored:
+        parts.append(f"{unstored:,} records could not be stored")
+    return "records lost: " + "; ".join(parts) if parts else ""
 
 
 class RunBusyError(ClusterError):
@@ -144,6 +160,7 @@ class TrainingRun:
         self._cancelled = threading.Event()
         self._send_lock = threading.Lock()  # a stop and the cell's sending, one at a time
         self._cell_sent = False
+        self._lost = ""  # the records lost at its end (lost_note), once known
         self._listeners: list[Callable[[], None]] = []
         _claim(self)
         record(
@@ -287,10 +304,11 @@ class TrainingRun:
                 )
         except Exception as e:  # a cluster stopped under the run: its end is still recorded
             log.warning("closing the metrics channel: %s", e)
-        missing = collector.wait_for_ends(set(alive), timeout=10)
-        if missing:
-            log.warning("ranks %s did not confirm their last records", sorted(missing))
+        collector.wait_for_ends(set(alive))
         collector.close()
+        self._lost = lost_note(collector.losses(alive), collector.unstored)
+        if self._lost:
+            log.warning("run %s: %s", self.name, self._lost)
 
     def _conclude(
         self,
@@ -318,7 +336,10 @@ class TrainingRun:
         stop_iteration_hint(None if cancelled else error)
         hint = ended_by_stop(self.cluster, self.ranks, error) if cancelled else ""
         message = None if error is None or cancelled else str(error)
-        self._set_state(state, ranks, error=message, failures=error)
+        lost = self._lost
+        # A run that lost records says so in its record, whatever its state.
+        note = "; ".join(x for x in (message, lost) if x) or None
+        self._set_state(state, ranks, error=note, failures=error)
         return RunResult(
             run_id=self.id,
             name=self.name,
@@ -330,6 +351,7 @@ class TrainingRun:
             error=None if cancelled else error,
             records=collector.received,
             hint=hint,
+            lost=lost,
         )
 
     @property
