@@ -1,4 +1,4 @@
-"""A Ray head on loopback for the Ray tests, started once for tests/ray and ended after them.
+"""A Ray head on loopback for the Ray tests, started once for tests/onray and ended after them.
 
 Package scope, not session: a head left running (gcs, raylet, its prestarted workers) took
 CPU from every later test of the run, and two kernels starting clusters right after it
@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+# This process imports Ray now (below) and connects to the loopback head later: Ray
+# keeps 127.0.0.1 only if this is set before it is imported (rayconnect.py).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 pytest.importorskip("ray")
 
 START_TIMEOUT_S = 150.0
