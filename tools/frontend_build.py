@@ -49,8 +49,9 @@ def check_node() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         missing = " and ".join(n for n, p in (("node", node), ("npm", npm)) if p is None)
+        verb = "are" if node is None and npm is None else "is"
         raise FrontEndBuildError(
-            f"dist-notebook's front end is not built and {missing} is not on PATH: "
+            f"dist-notebook's front end is not built and {missing} {verb} not on PATH: "
             + FIX.format(min=need)
         )
     have = node_version(node)
