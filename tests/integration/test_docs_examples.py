@@ -11,22 +11,12 @@ reader pasting them would follow. Every docs page's fences must say what they ar
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from .test_readme import (
-    CELL_TIMEOUT_S,
-    KNOWN,
-    RUN,
-    START_TIMEOUT_S,
-    blocks,
-    kernel_manager,
-    text_of,
-)
+from .test_readme import KNOWN, RUN, blocks, run_blocks, text_of
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CODE_CELL = "{code-cell} ipython3"  # a myst-nb cell: run by `make docs` and here
@@ -66,41 +56,10 @@ def test_every_page_with_examples_is_run() -> None:
 
 
 def test_docs_examples_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> None:
-    import nbclient
-    import nbformat
-    from nbclient.exceptions import CellExecutionError
-
     sources = [(page, code) for page in PAGES for code in runnable(DOCS / page)]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for _, c in sources])
+    labels = [f"{page}: block" for page, _ in sources]
+    nb, took = run_blocks([code for _, code in sources], labels, tmp_path)
     work = tmp_path / "notebook"
-    work.mkdir()
-    env = dict(os.environ)
-    env["DIST_NOTEBOOK_STORE"] = str(tmp_path / "runs.sqlite")
-    env["CUDA_VISIBLE_DEVICES"] = ""  # 2 gloo CPU ranks, as make docs runs the page
-    env.pop("MPLBACKEND", None)
-    km = kernel_manager(tmp_path / "kernels")
-    client = nbclient.NotebookClient(
-        nb,
-        km=km,
-        timeout=CELL_TIMEOUT_S,
-        startup_timeout=START_TIMEOUT_S,
-        allow_errors=False,
-        resources={"metadata": {"path": str(work)}},
-    )
-    took: list[float] = []
-    try:
-        with client.setup_kernel(env=env):
-            for index, cell in enumerate(nb.cells):
-                started = time.perf_counter()
-                try:
-                    client.execute_cell(cell, index)
-                except CellExecutionError as e:
-                    first = cell.source.splitlines()[0]
-                    pytest.fail(f"{sources[index][0]}: block {first!r} failed:\n{e}")
-                took.append(time.perf_counter() - started)
-    finally:
-        if km.has_kernel:
-            km.shutdown_kernel(now=False)
     print(f"\ndocs blocks: {', '.join(f'{t:.1f}' for t in took)} s; {sum(took):.1f} s in all")
     out = {page: "" for page in PAGES}
     for (page, _), cell in zip(sources, nb.cells, strict=True):

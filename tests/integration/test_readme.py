@@ -82,12 +82,15 @@ def text_of(cell: Any) -> str:
     return "".join(parts)
 
 
-def test_readme_python_blocks_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> None:
+def run_blocks(sources: list[str], labels: list[str], tmp_path: Path) -> tuple[Any, list[float]]:
+    """Run *sources* as cells, in order, in one fresh real kernel with a store of its own
+    and 2 gloo CPU ranks; a failing block fails the test naming its label. Returns the
+    executed notebook (outputs in its cells) and each block's time. The work folder is
+    ``tmp_path / "notebook"``."""
     import nbclient
     import nbformat
     from nbclient.exceptions import CellExecutionError
 
-    sources = [code for lang, code in blocks(README.read_text(encoding="utf-8")) if lang == RUN]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     work = tmp_path / "notebook"
     work.mkdir()
@@ -113,11 +116,20 @@ def test_readme_python_blocks_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> 
                     client.execute_cell(cell, index)
                 except CellExecutionError as e:
                     first = cell.source.splitlines()[0]
-                    pytest.fail(f"README python block {index} ({first!r}) failed:\n{e}")
+                    pytest.fail(f"{labels[index]} ({first!r}) failed:\n{e}")
                 took.append(time.perf_counter() - started)
     finally:
         if km.has_kernel:  # nbclient shuts down only the managers it made itself
             km.shutdown_kernel(now=False)
+    return nb, took
+
+
+def test_readme_python_blocks_run_in_order_in_a_fresh_kernel(tmp_path: Path) -> None:
+    sources = [code for lang, code in blocks(README.read_text(encoding="utf-8")) if lang == RUN]
+    nb, took = run_blocks(
+        sources, [f"README python block {i}" for i in range(len(sources))], tmp_path
+    )
+    work = tmp_path / "notebook"
     print(f"\nREADME blocks: {', '.join(f'{t:.1f}' for t in took)} s; {sum(took):.1f} s in all")
     out = [text_of(cell) for cell in nb.cells]
     # What the README says each block shows.
