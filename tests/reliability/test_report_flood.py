@@ -67,6 +67,8 @@ def test_a_flood_of_records_is_stored_whole(
     assert run.lost == "", run.lost
     assert "records lost" not in text
     assert stored(throwaway_store, run.run_id) == sent
+    # For the report: what each rank sent (all of it stored) and how long the run took.
+    print(f"{name}: sent and stored {sent}, run {run.ended - run.started:.1f} s")
     stored_run = load_run(name)
     assert stored_run.state == "succeeded"
     row = StoreReader(Path(throwaway_store)).run(stored_run.id)
