@@ -166,8 +166,11 @@ def did_you_mean(parser: MagicArgumentParser, words: list[str], message: str) ->
 
 
 def _suggestion(word: str, offered: list[str]) -> str:
-    close = difflib.get_close_matches(word, offered, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    """The offered word closest to *word*, judged on what follows the dashes (the two
+    dashes every flag shares made ``--nmber`` look like ``--time``), else ``""``."""
+    bare = {o.lstrip("-"): o for o in offered}
+    close = difflib.get_close_matches(word.lstrip("-"), list(bare), n=1, cutoff=0.7)
+    return f"; did you mean {bare[close[0]]}?" if close else ""
 
 
 def split_words(line: str, keep_quotes: bool = False) -> list[str]:

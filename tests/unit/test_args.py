@@ -177,6 +177,7 @@ def test_a_quoted_hash_is_an_argument() -> None:
 @argument("--name", help="a name")
 @argument("--steps", type=positive_int, help="steps")
 @argument("--backend", choices=("auto", "nccl", "gloo"), help="backend")
+@argument("--time", type=positive_int, help="seconds")
 @help_text("  %named start --name a")
 def named(line: str) -> None:
     """A magic with a subcommand."""
@@ -198,6 +199,14 @@ def test_did_you_mean(line: str, hint: str) -> None:
     first = str(info.value).splitlines()[0]
     assert first.startswith("%named: ") and first.endswith(hint)
     assert "usage: %named" in str(info.value)
+
+
+def test_no_far_guess_from_the_dashes_alone() -> None:
+    # "--nmber" shares only the dashes and two letters with "--time": no guess at all.
+    with pytest.raises(UsageError) as info:
+        parse(named, "start --nmber 4")
+    assert "unrecognized arguments: --nmber 4" in str(info.value)
+    assert "did you mean" not in str(info.value)
 
 
 def test_no_guess_when_nothing_is_close() -> None:
