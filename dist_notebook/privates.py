@@ -100,6 +100,9 @@ PRIVATES: tuple[Private, ...] = (
             "DDP's runtime statistics: the communication time of a step"),
     Private("torch", "torch.nn.parallel:DistributedDataParallel",
             "_set_ddp_runtime_logging_sample_rate", "how often DDP samples them"),
+    Private("torch", "torch.nn.parallel:DistributedDataParallel", "logger",
+            "DDP's C++ logger: writes a step's timings at report(), not the next forward",
+            instance=True),
     Private("torch", "torch", "_dynamo",
             "imported early: DDP's constructor imports it (1-2 s), a rank warms it"),
 )  # fmt: skip
@@ -353,6 +356,15 @@ def ddp_logging_data(model: Any) -> dict[str, Any]:
     ``DistributedDataParallel._get_ddp_logging_data()`` (torch 2.4-2.13);
     AssertionError or RuntimeError once the reducer is gone."""
     return dict(model._get_ddp_logging_data())
+
+
+def log_ddp_runtime_stats(model: Any) -> None:
+    """Have DDP write the reducer's timings of its last iteration into its logging data
+    now (DDP itself does it at the next forward).
+
+    ``DistributedDataParallel.logger.set_runtime_stats_and_log()`` (torch 2.4-2.13: the
+    ``logger`` attribute is set in ``__init__``); AttributeError for a DDP without one."""
+    model.logger.set_runtime_stats_and_log()
 
 
 def set_ddp_logging_sample_rate(model: Any, rate: int) -> None:

@@ -26,6 +26,12 @@ def _preimport() -> None:
     # creation then finds torch already imported.
     import torch.distributed  # noqa: F401
 
+    # From here on every DDP model of the rank is watched, wherever it is built (a
+    # %%dist cell before a run, a checkpoint unpickled): its comm time (engine/commtime.py).
+    from ..engine.commtime import watch_new_models
+
+    watch_new_models()
+
 
 def _answer_signals() -> None:
     """Let the engine's kernel answer ``signal_request`` (``Client.send_signal``, which

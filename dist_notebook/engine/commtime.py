@@ -12,21 +12,32 @@ whole backward, the optimizer, its data), and the rank the others wait for, what
 makes it slow (a sleep before forward, a heavier shard whose longer backward overlaps the
 first buckets' all-reduces), spends the most time outside it. Measured with the whole span
 instead (the former rule), a rank with a 4 x batch was flagged in only 10 of 18 runs: its
-extra backward ran inside its own span. While a
-``%%dist_train`` run is active, every ``DistributedDataParallel`` built on the rank is
-registered here; the gradient all-reduce itself stays DDP's built-in C++ one, whatever
-hook the user sets.
+extra backward ran inside its own span. The gradient
+all-reduce itself stays DDP's built-in C++ one, whatever hook the user sets.
 
 On CPU ranks every iteration is sampled (``SAMPLE_RATE``; a CPU sample is two clock
-reads) and every ``report()`` reads the latest sample (~10 us): each record's comm_time
-is that step's own wait. Measured on 2 CPU ranks: which rank arrives first at the
-all-reduce changes from step to step by +-5-10 ms, so one sampled step in ten, smoothed
-and read twice a second (the former rule) left 1-3 distinct values in a 20-record window,
-and a single step's skew looked like a steady gap between two healthy ranks. On a GPU
-each sample waits for the previous step's CUDA events (a sync): DDP's own rate (one in
-100) is kept there, read at most every ``REFRESH_SECONDS`` and smoothed, so a run costs
-exactly what DDP costs under torchrun; the straggler rule's per-step pairs then share
-one smoothed estimate of the ranks' skew (not measured on a GPU here).
+reads), and each ``report()`` has DDP write this iteration's timings into its logging data
+(``logger.set_runtime_stats_and_log()``, what DDP itself calls at the next forward) before
+reading them (together ~30-40 us a model): the comm_time a record carries is the wait of the
+step that report() closes, after that step's backward. Read at the next forward instead (what
+DDP's statistics alone give), each record carried the step before's: a peer's 0.3 s stall at
+step 12 was in no record (1.0 ms at step 12, 6.1 ms at step 13); read here, rank 1's step-12
+record holds 0.30-0.31 s and its step 13 a few ms. Measured on 2 CPU ranks: which rank
+arrives first at the all-reduce changes from step to step by +-5-10 ms, so one sampled step
+in ten, smoothed and read twice a second (a former rule) left 1-3 distinct values in a
+20-record window. On a GPU each timing read waits for the step's CUDA events (a sync): DDP's
+own rate (one in 100) is kept there, nothing is read at report() but what DDP itself logged,
+at most every ``REFRESH_SECONDS``, smoothed, so a run syncs exactly as often as under
+torchrun; the straggler rule's per-step pairs then share one smoothed estimate of the ranks'
+skew, a step late (not measured on a GPU here).
+
+Every ``DistributedDataParallel`` of the rank is watched wherever it was built: the engine
+patches DDP's ``__init__`` and ``__setstate__`` (a model unpickled or deep-copied) when it
+boots (``watch_new_models``), so a model built in a ``%%dist`` cell before the run, or
+restored from a checkpoint, is known; where the engine did not boot through
+``dist_notebook.boot.engine`` (an engine of the user's own), the first run's ``install()``
+patches them and finds the models built before by one scan of the garbage collector's
+objects (~50 ms with torch loaded, once per process).
 
 Why not a Python communication hook around the all-reduce: it runs on every bucket of
 every step (a Python call and a future callback on gloo's thread, holding the GIL) and
@@ -35,12 +46,12 @@ model: a hook cannot be removed.
 
 At each ``report()`` the rank sends ``comm_time``: the latest per-iteration time waited
 for communication (at most the step's own time) times the DDP iterations per report (1 when the loop
-reports every step). The first report of a run has no comm_time (DDP fills its
-statistics at the next forward).
+reports every step).
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import weakref
@@ -59,6 +70,8 @@ _lock = threading.Lock()
 _models: weakref.WeakSet[Any] = weakref.WeakSet()
 _on_gpu: weakref.WeakSet[Any] = weakref.WeakSet()  # the watched models on a GPU
 _original_init: Any = None
+_original_setstate: Any = None
+_active = False  # a run is on: report() reads the watched models
 
 
 class _Estimate:
@@ -80,7 +93,7 @@ class _Estimate:
         self.next_read = now + REFRESH_SECONDS
         total, fresh, moved = 0.0, False, 0
         for model in list(_models):
-            data = _logging_data(model)
+            data = _logging_data(model, model not in _on_gpu)
             iteration = int(data.get("iteration", 0))
             comm_ns = data.get("backward_comm_time")
             if not comm_ns or iteration <= 0:
@@ -114,10 +127,15 @@ def waited_ns(span_ns: int, overlap_ns: int | None) -> int:
     return max(0, span_ns - max(0, overlap_ns or 0))
 
 
-def _logging_data(model: Any) -> dict[str, Any]:
+def _logging_data(model: Any, this_step: bool) -> dict[str, Any]:
+    """DDP's logging data of *model*; with *this_step* (a CPU model), first written from
+    the reducer's timings of the iteration that ran last (DDP itself writes them at the
+    next forward)."""
     try:
+        if this_step:
+            privates.log_ddp_runtime_stats(model)
         return privates.ddp_logging_data(model)
-    except (AssertionError, RuntimeError):  # a model whose reducer is gone
+    except (AssertionError, AttributeError, RuntimeError):  # a model whose reducer is gone
         return {}
 
 
@@ -152,22 +170,52 @@ def _watch(ddp: Any) -> None:
             _on_gpu.add(ddp)
 
 
-def install() -> None:
-    """Watch DDP models created from now on (until ``uninstall``)."""
-    global _original_init
+def watch_new_models() -> bool:
+    """Watch every DDP model built (or unpickled) from now on; True if this call began
+    watching (False: already watching). Called when the engine boots."""
+    global _original_init, _original_setstate
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from .reporter import add_step_hook
-
-    if _original_init is not None:
-        return
-    _original_init = DDP.__init__
+    with _lock:
+        if _original_init is not None:
+            return False
+        _original_init, _original_setstate = DDP.__init__, DDP.__setstate__
+    init, setstate = _original_init, _original_setstate
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        _original_init(self, *args, **kwargs)
+        init(self, *args, **kwargs)
+        _watch(self)
+
+    def __setstate__(self: Any, state: Any) -> None:
+        setstate(self, state)
         _watch(self)
 
     DDP.__init__ = __init__  # type: ignore[method-assign]
+    DDP.__setstate__ = __setstate__  # type: ignore[method-assign]
+    return True
+
+
+def _watch_existing() -> None:
+    """Watch the DDP models this process already holds (built before watch_new_models)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # type() and issubclass, not isinstance: isinstance reads each object's __class__,
+    # which some modules answer with a deprecation warning.
+    for obj in gc.get_objects():
+        if issubclass(type(obj), DDP):
+            _watch(obj)
+
+
+def install() -> None:
+    """At a run's start: read the watched models' comm time at each report()."""
+    global _active
+    from .reporter import add_step_hook
+
+    if _active:
+        return
+    if watch_new_models():
+        _watch_existing()
+    _active = True
     with _lock:
         _estimate.reset()
         _estimate.next_read = time.time()
@@ -175,16 +223,26 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    global _original_init
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
+    """At a run's end; the models stay watched (a later run reads them too)."""
+    global _active
     from .reporter import remove_step_hook
 
+    remove_step_hook(comm_metrics)
+    _active = False
+    with _lock:
+        _estimate.reset()
+
+
+def unwatch() -> None:
+    """Stop watching new models and forget the watched ones (tests)."""
+    global _original_init, _original_setstate
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    uninstall()
     if _original_init is not None:
         DDP.__init__ = _original_init  # type: ignore[method-assign]
-        _original_init = None
-    remove_step_hook(comm_metrics)
+        DDP.__setstate__ = _original_setstate  # type: ignore[method-assign]
+        _original_init = _original_setstate = None
     with _lock:
         _models.clear()
         _on_gpu.clear()
-        _estimate.reset()

@@ -15,24 +15,31 @@ from dist_notebook.engine import commtime
 
 class Reducer:
     """What commtime reads of a DDP model: its iteration, last sampled comm span and the
-    part of it that overlapped the rank's own backward."""
+    part of it that overlapped the rank's own backward. As DDP's, the logging data holds
+    a CPU iteration's timings only once its logger wrote them (at the next forward, or
+    when commtime asks at report())."""
 
     def __init__(self) -> None:
         self.iteration = 0
         self.comm_ns = 0
         self.overlap_ns = 0
+        self.logged: dict[str, Any] = {}
+        self.logger = self
 
     def step(self, comm_ms: float, overlap_ms: float = 0.0) -> None:
         self.iteration += 1
         self.comm_ns = int(comm_ms * 1e6)
         self.overlap_ns = int(overlap_ms * 1e6)
 
-    def _get_ddp_logging_data(self) -> dict[str, Any]:
-        return {
+    def set_runtime_stats_and_log(self) -> None:
+        self.logged = {
             "iteration": self.iteration,
             "backward_comm_time": self.comm_ns,
             "backward_compute_comm_overlap_time": self.overlap_ns,
         }
+
+    def _get_ddp_logging_data(self) -> dict[str, Any]:
+        return dict(self.logged)
 
 
 @pytest.fixture
@@ -75,9 +82,12 @@ def test_a_loop_reporting_every_fourth_iteration_gets_four_spans(model: Reducer)
 
 def test_on_a_gpu_samples_are_smoothed_and_read_at_most_every_refresh(model: Reducer) -> None:
     commtime._on_gpu.add(model)
+    model.logger = None  # type: ignore[assignment]  # a GPU read never asks DDP to log (a sync)
     model.step(10.0)
+    model.set_runtime_stats_and_log()  # what DDP logs at its next forward
     assert commtime.comm_metrics(now=100.0)["comm_time"] == pytest.approx(0.010)
     model.step(30.0)
+    model.set_runtime_stats_and_log()
     # within REFRESH_SECONDS: not read again
     assert commtime.comm_metrics(now=100.1)["comm_time"] == pytest.approx(0.010)
     later = 100.0 + commtime.REFRESH_SECONDS + 0.01
