@@ -134,13 +134,13 @@ class Issue12:
     def tree(self) -> list[psutil.Process]:
         from dist_notebook.cluster.reap import process_tree
 
-        return process_tree(self.b.cluster.local_pids())
+        return process_tree(self.b.cluster.engines.local_pids())
 
     def files(self) -> list[str]:
         from dist_notebook.cluster.reap import cluster_files
 
         c = self.b.cluster
-        return cluster_files(c.profile_dir, c._ipp.cluster_id)
+        return cluster_files(c.profile_dir, c.engines.ipp_cluster_id)
 
     def pull_class(self) -> None:
         self.b.cell("%%dist\nclass Cfg:\n    lr = 0.1\ncfg = Cfg()\n")
@@ -264,7 +264,7 @@ class Issue12:
 
     def controller_killed(self) -> None:
         tree, files = self.tree(), self.files()
-        os.kill(self.b.cluster._ipp.controller.process.pid, signal.SIGKILL)
+        os.kill(self.b.cluster.engines.controller_pid, signal.SIGKILL)
         t0 = time.perf_counter()
         detect = wait_until(lambda: self.b.cluster.failure is not None, 30)
         gone = wait_until(lambda: not alive(tree), 10)

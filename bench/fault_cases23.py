@@ -186,7 +186,7 @@ class Issue23:
             result["r"] = cluster.owner.stop(reason="Stop in the JupyterLab panel")
             result["t"] = time.perf_counter() - t0
 
-        pids = cluster.local_pids()
+        pids = cluster.engines.local_pids()
         worker = threading.Thread(target=panel_stop, daemon=True)
         worker.start()
         _, scaled = timed(scale_sync, cluster, 3)

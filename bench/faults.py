@@ -76,7 +76,7 @@ def wait_gone(pids: list[int], timeout: float) -> tuple[list[int], float]:
 
 
 def pids_of(cluster: Any) -> list[int]:
-    return [r.pid for r in cluster.ranks] + [cluster._ipp.controller.process.pid]
+    return [r.pid for r in cluster.ranks] + [cluster.engines.controller_pid]
 
 
 class Bench:
@@ -330,7 +330,7 @@ class Bench:
             "from dist_notebook.cluster.reap import cluster_files\n"
             "_c = Session.for_shell(get_ipython()).cluster\n"
             "print('PIDS ' + json.dumps([[p.pid for p in psutil.Process().children(True)],"
-            " cluster_files(_c.profile_dir, _c._ipp.cluster_id) + [_c.stack_dir]]))\n"
+            " cluster_files(_c.profile_dir, _c.engines.ipp_cluster_id) + [_c.stack_dir]]))\n"
         )
 
         def boot(store: str) -> tuple[Any, Any, list[int]]:

@@ -19,47 +19,34 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import ipyparallel as ipp
 import psutil
-from traitlets.config import Config
 
-from .. import envvars, privates
-from ..engine import group, shm
-from ..privatedir import UnsafeDirectoryError, private_dir
+from .. import envvars
+from ..engine import shm
 from ..protocol import ClusterState, EngineState
 from ..store import StoreError, StoreWriter, store_path
 from ..store.recorder import record
 from ..store.schema import full_disk_message
-from . import limits, reap, registry
+from . import limits, reap, registry, wiring
 from . import scale as scaling
 from .errors import ClusterError
 from .facts import KEEP, ClusterFacts, Keep, RankInfo
 from .health import Health
-from .launchers import (
-    OurControllerLauncher,
-    PrivateCluster,
-    controller_args,
-    engine_args,
-)
+from .ippengines import Engines
 from .loop import sync_twin
 from .owner import ClusterOwner
-from .placement import PlacementError, local_ranks, ranks_across_hosts
+from .profiles import own_profile_dir
 from .spec import ClusterConfigError, ClusterSpec
 
 log = logging.getLogger("dist_notebook")
 Progress = Callable[[str], None]
-
-
-# Seconds without a new engine in a start's wait before a fresh client looks again.
-RESYNC_S = 5.0
 
 
 def _quiet(_: str) -> None:
@@ -81,18 +68,14 @@ class DistCluster:
         self.backend = spec.resolved_backend
         # State, spec, rank table and failure: changed only through move() (facts.py).
         self.facts = ClusterFacts(self.id, spec, self.writer, self.backend)
-        self.client: ipp.Client | None = None
         self.progress: Progress = progress or _quiet
+        # The controller, the engine sets and the client (cluster/ippengines.py).
+        self.engines = Engines(self.id, lambda: self.spec, self._say)
         self.start_seconds: float | None = None
         self.ready_since: float | None = None  # time.time() of this life's ready
-        self._ipp: ipp.Cluster | None = None
         self._generation = 0
         self._store = store
         self._store_error: str | None = None
-        self._engine_set: str | None = None
-        # Every engine set started (the first, then replacements of dead ranks), and the
-        # exit records of engines already replaced.
-        self._engine_sets: list[str] = []
         self.pair_ports: list[int] = []
         self.master_addr: str | None = None
         self._tearing_down = False
@@ -104,6 +87,10 @@ class DistCluster:
         self.owner = ClusterOwner(self)
         # Dead and unresponsive ranks, the watch that notices them, a controller's death.
         self.health = Health(self)
+
+    def _say(self, text: str) -> None:
+        """Progress of the engines, to whoever listens now (a cell sets its own)."""
+        self.progress(text)
 
     # --- properties ------------------------------------------------------------
     @property
@@ -129,8 +116,13 @@ class DistCluster:
         return self.spec.n
 
     @property
+    def client(self) -> ipp.Client | None:
+        """The ipyparallel client of the engines (None before a start and after a stop)."""
+        return self.engines.client
+
+    @property
     def profile_dir(self) -> str:
-        return self._ipp.profile_dir if self._ipp else ""
+        return self.engines.profile_dir
 
     @property
     def client_file(self) -> str:
@@ -138,32 +130,12 @@ class DistCluster:
         start): another process opens it (``ipyparallel.Client(path)``) to run cells on
         these engines, as a kernel attached to a detached cluster does. It holds the
         cluster's key; it lives in the cluster's own profile folder (owner-only)."""
-        if self._ipp is None or self._ipp.controller is None:
-            return ""
-        return str(self._ipp.controller.connection_files["client"])
-
-    @property
-    def started(self) -> bool:
-        """The controller was started (this life or an earlier one)."""
-        return self._ipp is not None
+        return self.engines.client_file
 
     @property
     def tearing_down(self) -> bool:
         """Engines and controller are being stopped by the cluster itself."""
         return self._tearing_down
-
-    def engine_sets(self) -> list[tuple[str, Any]]:
-        """(id, ipyparallel engine set) of the engine sets started (the first, then
-        replacements and scale's additions) and still known, in start order."""
-        if self._ipp is None:
-            return []
-        sets = self._ipp.engines
-        return [(set_id, sets[set_id]) for set_id in self._engine_sets if set_id in sets]
-
-    def launched_engine_sets(self) -> set[str]:
-        """Ids of every engine set ipyparallel was asked to start, one whose start
-        failed included."""
-        return set(self._ipp.engines) if self._ipp is not None else set()
 
     def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
         """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
@@ -181,9 +153,7 @@ class DistCluster:
         return -1
 
     def require_client(self) -> ipp.Client:
-        if self.client is None:
-            raise ClusterError("no cluster is running: run %dist_cluster start")
-        return self.client
+        return self.engines.require_client()
 
     def require_ready(self) -> ipp.Client:
         if self.failure is not None:
@@ -214,15 +184,12 @@ class DistCluster:
         registry.add(self)
         try:
             self._make_stack_dir()
-            self._ipp = self._make_ipp_cluster()
-            self.progress(f"starting controller on {self.spec.ip}")
-            await self._ipp.start_controller()
-            self._ipp.controller.on_stop(self.health.controller_stopped)
+            await self.engines.start_controller(self.health.controller_stopped)
             self._record_cluster()
             await self._start_engines()
-            self.client = await self._ipp.connect_client()
-            await self.wait_for_engines(set(), self.n)
-            await self._setup_ranks(sorted(self.client.ids))
+            await self.engines.connect()
+            await self.engines.wait_for_engines(set(), self.n)  # may take a fresh client
+            await self._setup_ranks(sorted(self.require_client().ids))
         except BaseException as e:
             self.move(ClusterState.FAILED)
             await self._teardown()
@@ -257,7 +224,7 @@ class DistCluster:
         self.ready_since = time.time()
         self.move(ClusterState.READY)
         self.owner.watch()  # the panel's Stop and Interrupt reach this life of it
-        self._owner_only_files()  # the engine-set file is written once engines run
+        self.engines.owner_only_files()  # the engine-set file is written once engines run
         self.health.watch()
         return self
 
@@ -278,7 +245,7 @@ class DistCluster:
             await self._teardown()
             self.move(ClusterState.FAILED, failure=None)  # failed since the controller died
             return await self.start()
-        if self._ipp is None or self.client is None:
+        if self.client is None:
             raise ClusterError("no cluster to restart: run %dist_cluster start")
         if self.state == ClusterState.RESTARTING:  # the health watch replaces a rank
             raise ClusterError(
@@ -289,17 +256,16 @@ class DistCluster:
         # Remote engines are started per host by their launcher: restart them all.
         dead = {} if everything or not self.spec.engines.on_this_machine else self.dead_ranks()
         self.move(ClusterState.RESTARTING)
-        old = set(self.client.ids)
+        old = set(self.require_client().ids)
         try:
             if dead:
                 await self._replace(dead, old)
             else:
                 self.progress("stopping engines")
-                await self._ipp.stop_engines()
-                self._engine_sets.clear()
+                await self.engines.stop_engine_sets()
                 await self._start_engines()
-                await self.wait_for_engines(old, self.n)
-                await self._setup_ranks(sorted(set(self.client.ids) - old))
+                await self.engines.wait_for_engines(old, self.n)
+                await self._setup_ranks(sorted(set(self.require_client().ids) - old))
         except BaseException:
             self.move(ClusterState.FAILED)
             raise
@@ -363,20 +329,6 @@ class DistCluster:
         return self.health.resumed_ranks()
 
     # --- steps of start --------------------------------------------------------
-    def _make_ipp_cluster(self) -> ipp.Cluster:
-        spec = self.spec
-        engines, config = spec.engines.engine_launcher(spec)
-        return PrivateCluster(
-            config=Config(config),
-            n=spec.n,
-            controller_ip=spec.ip,
-            controller_launcher_class=OurControllerLauncher,
-            engine_launcher_class=engines,
-            controller_args=controller_args(spec),
-            log_level=logging.ERROR,
-            profile_dir=own_profile_dir(self.id),
-        )
-
     def engine_env(self, rank_offset: int = 0) -> dict[str, str]:
         spec = self.spec
         threads = str(spec.resolved_threads)
@@ -409,281 +361,53 @@ class DistCluster:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
         await asyncio.get_running_loop().run_in_executor(None, reap.reap, stuck, 2.0)
-        await self._exits_recorded({p.pid for p in stuck}, 5.0)
+        await self.engines.exits_recorded({p.pid for p in stuck}, 5.0)
         for rank in sorted(dead):
             self.progress(f"replacing rank {rank} ({dead[rank]})")
             await self._start_engines(1, rank)
         self.health.bury_exits()
-        await self.wait_for_engines(old, len(dead))
-        await self._setup_ranks(survivors + sorted(set(self.client.ids) - old))  # type: ignore[union-attr]
-
-    async def _exits_recorded(self, pids: set[int], timeout: float) -> None:
-        """Wait until the launchers have recorded the exit of *pids* (their wait thread
-        polls), so those records are buried with the rest, not taken for new deaths."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            recorded = set()
-            for _, engine_set in self.engine_sets():
-                exits = getattr(engine_set, "stop_data", {}).get("engines", {})
-                recorded |= {data.get("pid") for data in exits.values()}
-            if pids <= recorded:
-                return
-            await asyncio.sleep(0.05)
+        await self.engines.wait_for_engines(old, len(dead))
+        added = sorted(set(self.require_client().ids) - old)
+        await self._setup_ranks(survivors + added)
 
     async def _start_engines(self, count: int | None = None, rank_offset: int = 0) -> None:
         count = self.n if count is None else count
         self.progress(f"starting {count} engine{'s' if count > 1 else ''}")
-        await self.start_engines(count, rank_offset)
-
-    async def start_engines(
-        self,
-        count: int,
-        rank_offset: int = 0,
-        *,
-        env: dict[str, str] | None = None,
-        traits: dict[str, Any] | None = None,
-    ) -> str:
-        """Start one engine set of *count* engines, ranks from *rank_offset*; its id.
-
-        By default the engines get the cluster's own environment (``engine_env``). With
-        *env* (and *traits* of its launcher: a scale's engine set, ``scale_starts``) the
-        set is one beside others: its id is chosen before it starts and given to its
-        engines, so each can tell which set it came from (``rankenv.origin``)."""
-        assert self._ipp is not None
-        extra: dict[str, Any] = dict(traits or {})
-        if env is None:
-            env = self.engine_env(rank_offset)
-        else:
-            set_id = privates.new_engine_set_id(self._ipp)
-            env = {**env, envvars.ENGINE_SET: set_id}
-            extra["engine_set_id"] = set_id
-        # (ipp.Cluster has no engine_args trait: it must go to the engine launcher.)
-        self._engine_set = await self._ipp.start_engines(
-            count, environment=env, engine_args=engine_args(self.spec), **extra
-        )
-        self._engine_sets.append(self._engine_set)
-        self._owner_only_files()
-        return self._engine_set
-
-    async def stop_engine_sets(self, set_ids: list[str]) -> None:
-        """Stop these engine sets together (each stop waits for its launcher: an
-        mpiexec's exit, a Slurm job's cancel) and forget them."""
-        assert self._ipp is not None
-        await asyncio.gather(*(self._ipp.stop_engines(s) for s in set_ids))
-        for set_id in set_ids:
-            self._engine_sets.remove(set_id)
-
-    async def drop_engine_set(self, set_id: str) -> None:
-        """Stop an engine set that failed to start, and forget it either way (a
-        launcher whose host cannot be reached cannot be stopped; nothing runs there)."""
-        assert self._ipp is not None
-        try:
-            await self._ipp.stop_engines(set_id)
-        except Exception as e:  # the host is unreachable: its engine never started
-            log.info("engine set %s that failed: %s", set_id, e)
-        self._ipp.engines.pop(set_id, None)
-        if set_id in self._engine_sets:
-            self._engine_sets.remove(set_id)
-
-    def configure_engine_launcher(self) -> None:
-        """The engine launcher's configuration follows the spec as it is now (after a
-        scale): a later ``restart`` starts the cluster so, in one engine set."""
-        assert self._ipp is not None
-        _, config = self.spec.engines.engine_launcher(self.spec)
-        for name, traits in config.items():
-            section = self._ipp.config[name]
-            if not isinstance(section, Config):
-                section = self._ipp.config[name] = Config()
-            section.update(traits)
-
-    def _owner_only_files(self) -> None:
-        """ipyparallel creates the logs with the default umask (world-readable); they
-        hold the ranks' output, which may hold the user's data: owner only."""
-        assert self._ipp is not None
-        for path in reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id):
-            with contextlib.suppress(FileNotFoundError):
-                os.chmod(path, 0o600)
-
-    async def wait_for_engines(self, old: set[int], count: int) -> None:
-        assert self.client is not None
-        deadline = time.monotonic() + self.spec.start_timeout
-        seen = -1
-        moved = time.monotonic()
-        while True:
-            new = [i for i in self.client.ids if i not in old]
-            if len(new) != seen:
-                seen, moved = len(new), time.monotonic()
-                self.progress(f"engines registered: {seen}/{count}")
-            if seen >= count:
-                return
-            if time.monotonic() - moved > RESYNC_S:
-                await self._resync_client(old)
-                moved = time.monotonic()
-            self._check_engines_alive()
-            if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"only {seen} of {count} engines registered within "
-                    f"{self.spec.start_timeout:.0f} s; see the engine logs in "
-                    f"{self.profile_dir}/log"
-                )
-            await asyncio.sleep(0.05)
-
-    async def _resync_client(self, old: set[int]) -> None:
-        """A client learns of engines from the controller's notifications, and of those
-        registered before it connected from its connection's reply; one that registers
-        in between (its notification sent before the client's subscription took) is
-        never seen: a start on a loaded machine waited out its timeout with 15 of 16.
-        A fresh client's reply lists every engine: it takes over when it sees more."""
-        assert self._ipp is not None and self.client is not None
-        fresh = await self._ipp.connect_client()
-        if len(set(fresh.ids) - old) > len(set(self.client.ids) - old):
-            log.info("cluster %s: a fresh client sees engines %s", self.id, fresh.ids)
-            stale, self.client = self.client, fresh
-            stale.close()
-        else:
-            fresh.close()
-
-    def _check_engines_alive(self) -> None:
-        """Fail fast, with the engine's own output, when an engine exits while starting."""
-        assert self._ipp is not None
-        engine_set = self._ipp.engines.get(self._engine_set or "")
-        exited = (getattr(engine_set, "stop_data", None) or {}).get("engines", {})
-        for identifier, data in exited.items():
-            output = getattr(engine_set, "outputs", {}).get(identifier) or ""
-            tail = "\n".join(output.splitlines()[-20:]) or "(no output)"
-            raise ClusterError(
-                f"engine {identifier} exited while starting ({data.get('exit_code')}):\n{tail}"
-            )
+        await self.engines.start_engines(count, self.engine_env(rank_offset))
 
     async def _setup_ranks(self, ids: list[int]) -> None:
         """Learn which engine (of *ids*) holds which rank, then create the process group."""
-        client = self.client
-        assert client is not None
-        if not self.spec.engines.on_this_machine:
-            ranks, self.master_addr = await ranks_across_hosts(client, ids, RankInfo)
-            self.update(ranks=ranks)
-            await self.init_group()
-            return
-        infos = await asyncio.wrap_future(client[ids].apply_async(group.rank_info))
-        try:
-            order = local_ranks(infos, self.n)
-        except PlacementError as e:
-            raise ClusterError(str(e)) from None
-        self.update(
-            ranks=[
-                RankInfo(rank, ids[at], infos[at]["host"], infos[at]["pid"], infos[at]["device"])
-                for at, rank in order
-            ]
-        )
+        ranks, addr = await wiring.place(self.require_client(), ids, self.spec)
+        if addr is not None:
+            self.master_addr = addr
+        self.update(ranks=ranks)
         await self.init_group()
 
     async def init_group(self) -> None:
         """(Re-)create the default process group on every rank."""
-        client = self.client
-        assert client is not None
         self._generation += 1
-        spec = self.spec
-        self.progress(f"creating the {self.backend} process group")
-        addr = self.master_addr or spec.ip  # rank 0's own address on remote hosts
-        rank0 = self.engine_ids([0])[0]
-        # Every rank has torch loaded before anyone enters the rendezvous: a replaced
-        # rank's import takes ~2 s, 30 s+ on a loaded host, and its peers' rendezvous
-        # timeout must count only the group's creation.
-        loaded = client[self.engine_ids()].apply_async(group.load_torch)
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(loaded), spec.start_timeout)
-        except ipp.error.CompositeError as e:
-            raise ClusterError(
-                f"a rank cannot import torch: {_first_error(e)}; check the engines' "
-                "environment, then %dist_cluster restart"
-            ) from None
-        except asyncio.TimeoutError:
-            raise ClusterError(
-                f"the ranks did not load torch within {spec.start_timeout:.0f} s; the host "
-                "may be overloaded: %dist_cluster restart"
-            ) from None
-        port = await asyncio.wrap_future(
-            client[rank0].apply_async(group.host_store, addr, spec.timeout)
+        self.pair_ports = await wiring.init_group(
+            self.require_client(),
+            self.engine_ids(),
+            self.spec,
+            self.backend,
+            self.master_addr or self.spec.ip,  # rank 0's own address on remote hosts
+            self._generation,
+            self.progress,
         )
-        ar = client[self.engine_ids()].apply_async(
-            group.init_group, addr, port, self.backend, spec.timeout, self._generation
-        )
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(ar), spec.timeout + 60)
-        except ipp.error.CompositeError as e:
-            raise ClusterError(
-                f"creating the {self.backend} process group failed: {_first_error(e)}; "
-                "try %dist_cluster restart, or --backend gloo"
-            ) from None
-        except asyncio.TimeoutError:
-            raise ClusterError(
-                f"creating the process group took longer than {spec.timeout + 60:.0f} s; "
-                "check that every rank can reach rank 0, then %dist_cluster restart"
-            ) from None
-        # Every rank's transport ports, so recovery can sever a stuck collective.
-        self.pair_ports = sorted({p for result in ar.get() for p in result.get("ports", [])})
         self.update(ranks=[replace(r, backend=self.backend) for r in self.ranks])
-
-    def local_pids(self) -> list[int]:
-        """Pids of the processes this kernel started: controller and local engines."""
-        if self._ipp is None:
-            return []
-        pids = []
-        controller = self._ipp.controller
-        if controller is not None and getattr(controller, "process", None) is not None:
-            pids.append(controller.process.pid)
-        if self.spec.engines.on_this_machine:
-            for engine_set in self._ipp.engines.values():
-                for launcher in getattr(engine_set, "launchers", {}).values():
-                    if getattr(launcher, "process", None) is not None:
-                        pids.append(launcher.process.pid)
-        return pids
 
     async def _teardown(self) -> None:
         self._tearing_down = True
         local = self.spec.engines.on_this_machine
         writers = [r.pid for r in self.ranks if r.pid] if local else []
         try:
-            await self._stop_everything()
+            await self.engines.stop_all()
         finally:
             self._tearing_down = False
             # What the ranks left in /dev/shm (a pull a rank wrote for a cell that
             # was interrupted): their processes are gone, so the files can go.
             shm.remove_files_of(writers)
-
-    async def _stop_everything(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self._ipp is not None:
-            # The whole tree, taken now: the controller's schedulers and the engines'
-            # nannies are not ipyparallel's to stop, and outlive a controller that died.
-            tree = reap.process_tree(self.local_pids())
-            # Engines first, the controller last: until it stops, a kernel killed in the
-            # middle of a slow stop (Jupyter's shutdown waits 5 s) still has the
-            # controller's own clean-up (boot/controller.py) remove the files.
-            try:
-                # ipyparallel stops engines one after the other, waiting for each to exit
-                # (~3 s each with torch loaded); signalled together they exit in parallel.
-                await self._ipp.signal_engines(signal.SIGTERM)
-                await self._ipp.stop_engines()
-            except Exception as e:  # a process already gone is fine; say anything else
-                log.warning("stopping the engines: %s", e)
-            controller = reap.process_tree(self.local_pids())  # what is left: the controller
-            engines = [p for p in tree if p.pid not in {c.pid for c in controller}]
-            reap.reap(engines)
-            reap.remove_files(reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id))
-            try:
-                await self._ipp.stop_cluster()
-            except Exception as e:  # a process already gone is fine; say anything else
-                log.warning("stopping the ipyparallel cluster: %s", e)
-            # In this loop's thread: at interpreter exit no executor takes new work.
-            left = reap.reap(tree)
-            if left:
-                log.warning("processes of cluster %s could not be ended: %s", self.id, left)
-            reap.remove_files(reap.cluster_files(self._ipp.profile_dir, self._ipp.cluster_id))
-            if self._ipp.profile_dir == own_profile_dir(self.id):
-                shutil.rmtree(self._ipp.profile_dir, ignore_errors=True)
 
     # --- run store -------------------------------------------------------------
     def writer(self) -> StoreWriter | None:
@@ -699,7 +423,6 @@ class DistCluster:
         return self._store
 
     def _record_cluster(self) -> None:
-        assert self._ipp is not None
         record(
             self.writer(),
             "add_cluster",
@@ -707,8 +430,8 @@ class DistCluster:
             n=self.n,
             backend=self.backend,
             kernel_pid=os.getpid(),
-            profile_dir=self._ipp.profile_dir,
-            ipp_cluster_id=self._ipp.cluster_id,
+            profile_dir=self.engines.profile_dir,
+            ipp_cluster_id=self.engines.ipp_cluster_id,
         )
 
     # --- the one door of its facts (facts.py) --------------------------------------
@@ -739,39 +462,3 @@ class DistCluster:
 
     def __repr__(self) -> str:
         return f"<DistCluster {self.id} {self.state.value} n={self.n} backend={self.backend}>"
-
-
-def own_profile_dir(cluster_id: str) -> str:
-    """The cluster's own ipyparallel profile directory, beside the run store (per user,
-    owner-only), never one of the user's IPython profiles: ipyparallel's own panel, its
-    logs and cluster files, and other kernels' clusters never mix with it.
-
-    Where the store's directory cannot be written (a read-only one: the store never
-    stops a cluster), the profile goes to a per-user folder in the temporary directory.
-    The per-user folders there are made owner-only, or reused only when they are this
-    user's and private (dist_notebook.privatedir): a folder another user planted in
-    advance is refused, never used.
-    """
-    fallback = Path(tempfile.gettempdir()) / f"dist-notebook-{os.getuid()}"
-    for top, base in ((None, store_path().parent / "ipython"), (fallback, fallback / "ipython")):
-        profile = base / f"cluster-{cluster_id}"
-        try:
-            if top is not None:
-                private_dir(top)
-            private_dir(base)  # the folder that keeps others out of what is inside
-            profile.mkdir(exist_ok=True, mode=0o700)  # fails on a read-only directory
-        except OSError as e:
-            log.debug("no profile directory in %s: %s", base, e)
-            continue
-        except UnsafeDirectoryError as e:
-            raise ClusterError(str(e)) from None
-        return str(profile)
-    raise ClusterError(
-        f"cannot create a profile directory for the cluster in {store_path().parent} or "
-        f"{fallback}: set {envvars.STORE} to a file in a directory you can write"
-    )
-
-
-def _first_error(e: ipp.error.CompositeError) -> str:
-    first = e.elist[0]
-    return f"{first[0]}: {first[1]}"

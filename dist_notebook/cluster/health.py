@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import ipyparallel as ipp
 
     from .facts import RankInfo
+    from .ippengines import Engines
 
 log = logging.getLogger("dist_notebook")
 
@@ -82,7 +83,11 @@ class Watched(Protocol):
     """What health reads and does of its cluster (``DistCluster`` is one)."""
 
     id: str
-    client: ipp.Client | None
+    # The controller, its engine sets and the client (cluster/ippengines.py).
+    engines: Engines
+
+    @property
+    def client(self) -> ipp.Client | None: ...
 
     @property
     def spec(self) -> ClusterSpec: ...
@@ -99,23 +104,11 @@ class Watched(Protocol):
         ...
 
     @property
-    def started(self) -> bool:
-        """The cluster's controller was started (its engine sets may be empty)."""
-        ...
-
-    @property
     def tearing_down(self) -> bool:
         """The cluster is stopping its processes itself (their exits are no failure)."""
         ...
 
-    def engine_sets(self) -> list[tuple[str, Any]]:
-        """(id, ipyparallel engine set) of every engine set started and not forgotten,
-        in start order."""
-        ...
-
     def writer(self) -> StoreWriter | None: ...
-
-    def local_pids(self) -> list[int]: ...
 
     def move(
         self, new: ClusterState, *, failure: str | None = None, only_from: Any = None
@@ -143,7 +136,7 @@ class Health:
 
     def bury_exits(self) -> None:
         """Every exit recorded so far is no death (the ranks it ended were replaced)."""
-        for set_id, engine_set in self.cluster.engine_sets():
+        for set_id, engine_set in self.cluster.engines.engine_sets():
             for identifier in getattr(engine_set, "stop_data", {}).get("engines", {}):
                 self.bury(set_id, identifier)
 
@@ -164,12 +157,12 @@ class Health:
         launchers are declared dead by ipyparallel's heartbeat instead.
         """
         cluster = self.cluster
-        if not cluster.started:
+        if not cluster.engines.started:
             return {}
         if not cluster.spec.engines.on_this_machine:
             return lost_ranks(cluster.ranks, set(cluster.client.ids) if cluster.client else set())
         dead = {}
-        for set_id, engine_set in cluster.engine_sets():
+        for set_id, engine_set in cluster.engines.engine_sets():
             offset = int(engine_set.environment.get(envvars.RANK_OFFSET, "0"))
             # The engine set moves a launcher's exit record here as soon as it exits.
             for identifier, data in dict(engine_set.stop_data.get("engines", {})).items():
@@ -322,7 +315,7 @@ class Health:
         record(
             self.cluster.writer(), "add_event", "controller-died", how, cluster_id=self.cluster.id
         )
-        engines = [p for p in self.cluster.local_pids() if p != stop_data.get("pid")]
+        engines = [p for p in self.cluster.engines.local_pids() if p != stop_data.get("pid")]
         tree = reap.process_tree(engines)
         for proc in tree:
             with contextlib.suppress(psutil.NoSuchProcess):

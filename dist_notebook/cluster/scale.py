@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from .cluster import DistCluster
     from .engines import Resized
     from .health import Health
+    from .ippengines import Engines
     from .owner import ClusterOwner
     from .spec import ClusterSpec
 
@@ -89,30 +90,12 @@ class Scalable(Protocol):
         self, *, spec: ClusterSpec | None = None, ranks: list[RankInfo] | None = None
     ) -> None: ...
 
+    @property
+    def engines(self) -> Engines: ...
+
     def require_client(self) -> ipp.Client: ...
 
-    def engine_sets(self) -> list[tuple[str, Any]]: ...
-
-    def launched_engine_sets(self) -> set[str]: ...
-
     def engine_env(self, rank_offset: int = 0) -> dict[str, str]: ...
-
-    async def start_engines(
-        self,
-        count: int,
-        rank_offset: int = 0,
-        *,
-        env: dict[str, str] | None = None,
-        traits: dict[str, Any] | None = None,
-    ) -> str: ...
-
-    async def wait_for_engines(self, old: set[int], count: int) -> None: ...
-
-    async def stop_engine_sets(self, set_ids: list[str]) -> None: ...
-
-    async def drop_engine_set(self, set_id: str) -> None: ...
-
-    def configure_engine_launcher(self) -> None: ...
 
     def move(self, new: ClusterState) -> bool: ...
 

@@ -210,7 +210,7 @@ class AttachedCluster(DistCluster):
         self.keeper_pid = int(info["keeper"])
         self.idle_timeout = info.get("idle_timeout")
         self._apply(info)
-        self.client = ipp.Client(link.file.client_file)
+        self.engines.client = ipp.Client(link.file.client_file)
         self._wait_for_client()
         _attached.add(self)
         _register_release()
@@ -253,7 +253,7 @@ class AttachedCluster(DistCluster):
         self.facts.mirror(ClusterState.STOPPED, self.ranks, None)
         if self.client is not None:
             self.client.close()
-            self.client = None
+            self.engines.client = None
 
     def _apply(self, info: dict[str, Any]) -> None:
         self.facts.mirror(

@@ -350,7 +350,8 @@ def _say(out: Any, message: dict[str, Any]) -> None:
 
 def main() -> None:
     from ..cluster import forkserver
-    from ..cluster.cluster import DistCluster, own_profile_dir
+    from ..cluster.cluster import DistCluster
+    from ..cluster.profiles import own_profile_dir
     from ..store import StoreError
     from ..store.location import store_path
     from ..store.reader import DETACHED_EVENT

@@ -30,10 +30,9 @@ def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
 
 def cluster_pids(cluster: Any) -> dict[str, list[int]]:
     """Engine pids (from the ranks) and the controller's pid (from its launcher)."""
-    controller = cluster._ipp.controller
     return {
         "engines": [r.pid for r in cluster.ranks],
-        "controller": [controller.process.pid],
+        "controller": [cluster.engines.controller_pid],
     }
 
 

@@ -31,9 +31,9 @@ KERNEL = textwrap.dedent(
         time.sleep(1.0)
     pids = {
         "engines": [r.pid for r in cluster.ranks],
-        "controller": [cluster._ipp.controller.process.pid],
+        "controller": [cluster.engines.controller_pid],
         "profile": cluster.profile_dir,
-        "ipp": cluster._ipp.cluster_id,
+        "ipp": cluster.engines.ipp_cluster_id,
         "stack_dir": cluster.stack_dir,
     }
     print(json.dumps(pids), flush=True)
@@ -141,7 +141,7 @@ MANAGER = textwrap.dedent(
         "%load_ext dist_notebook\\n%dist_cluster start -n 2 --cpu\\n"
         "from dist_notebook.magics.session import Session\\n"
         "_c = Session.for_shell(get_ipython()).cluster\\n"
-        "print('INFO ' + json.dumps({'profile': _c.profile_dir, 'ipp': _c._ipp.cluster_id,"
+        "print('INFO ' + json.dumps({'profile': _c.profile_dir, 'ipp': _c.engines.ipp_cluster_id,"
         " 'stack_dir': _c.stack_dir}))\\n"
     )
     out = []

@@ -55,4 +55,4 @@ def test_a_kept_spec_is_taken_warm_and_replaced_after_stop(throwaway_store: str)
         pool.clear()
     assert pool.spares() == []
     assert spare.state.value == "stopped"
-    assert _gone([r.pid for r in spare.ranks] + spare.local_pids(), 10)
+    assert _gone([r.pid for r in spare.ranks] + spare.engines.local_pids(), 10)

@@ -285,7 +285,7 @@ def test_ssh_failed_grow_names_the_host_and_goes_on(shell: Any, ssh_cluster: Any
     assert ssh_cluster.state.value == "ready"
     _expect_places(shell, ssh_cluster, ["h1", "h2", "h2"])
     # A restart would start the cluster as scale left it, in one engine set.
-    config = ssh_cluster._ipp.config.RankSSHEngineSetLauncher
+    config = ssh_cluster.engines.launcher_config("RankSSHEngineSetLauncher")
     assert config.engines == {"h1": 1, "h2": 2}
 
 

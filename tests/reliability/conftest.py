@@ -66,7 +66,7 @@ def kill_all(pids: list[int]) -> None:
 
 def pids_of(cluster: Any) -> list[int]:
     """Engine pids (from the ranks) and the controller's pid (from its launcher)."""
-    return [r.pid for r in cluster.ranks] + [cluster._ipp.controller.process.pid]
+    return [r.pid for r in cluster.ranks] + [cluster.engines.controller_pid]
 
 
 def reduce_sum(cluster: Any) -> list[str]:
@@ -89,7 +89,7 @@ def own_cluster(shell: Any) -> Iterator[Any]:
         yield cluster
     finally:
         session.cluster = saved
-        pids += pids_of(cluster) if cluster._ipp and cluster._ipp.controller else []
+        pids += pids_of(cluster) if cluster.engines.controller_pid is not None else []
         cluster.stop_sync()
         left, _ = wait_gone(pids, 10)
         kill_all(left)
@@ -105,8 +105,8 @@ class Kernel:
         "from dist_notebook.magics.session import Session\n"
         "_c = Session.for_shell(get_ipython()).cluster\n"
         "print('PIDS ' + json.dumps({'engines': [r.pid for r in _c.ranks],"
-        " 'controller': _c._ipp.controller.process.pid, 'kernel': os.getpid(), 'id': _c.id,"
-        " 'ipp': _c._ipp.cluster_id, 'profile': _c.profile_dir}))\n"
+        " 'controller': _c.engines.controller_pid, 'kernel': os.getpid(), 'id': _c.id,"
+        " 'ipp': _c.engines.ipp_cluster_id, 'profile': _c.profile_dir}))\n"
     )
 
     def __init__(self, store: str) -> None:

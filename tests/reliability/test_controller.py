@@ -46,11 +46,11 @@ def stored_state(store: str, cluster_id: str, expected: str, timeout: float = 10
 def test_controller_killed_is_detected_and_restart_replaces_it(throwaway_store: str) -> None:
     cluster = DistCluster(ClusterSpec(n=2))
     cluster.start_sync()
-    started = [p.pid for p in process_tree(cluster.local_pids())]
+    started = [p.pid for p in process_tree(cluster.engines.local_pids())]
     try:
-        old_files = cluster_files(cluster.profile_dir, cluster._ipp.cluster_id)
+        old_files = cluster_files(cluster.profile_dir, cluster.engines.ipp_cluster_id)
         assert old_files
-        controller = cluster._ipp.controller.process.pid
+        controller = cluster.engines.controller_pid
         os.kill(controller, signal.SIGKILL)
         # Detected by the launcher's wait thread: 1 s, bound generous for a busy host.
         took = wait_for(lambda: cluster.failure is not None, 10)
@@ -71,6 +71,6 @@ def test_controller_killed_is_detected_and_restart_replaces_it(throwaway_store: 
         assert reduce_sum(cluster) == ["3\n", "3\n"]
         assert not any(os.path.exists(p) for p in old_files)
     finally:
-        started += [p.pid for p in process_tree(cluster.local_pids())]
+        started += [p.pid for p in process_tree(cluster.engines.local_pids())]
         cluster.stop_sync()
         kill_all(wait_gone(started, 10)[0])

@@ -17,7 +17,7 @@ import ipyparallel as ipp
 import pytest
 
 from dist_notebook import ClusterSpec, DistCluster
-from dist_notebook.cluster import cluster as cluster_module
+from dist_notebook.cluster import ippengines
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,10 +41,10 @@ def test_a_lost_registration_notification_is_found_again(monkeypatch: pytest.Mon
         assert dropped, "no registration went through the notifications: nothing was tested"
         assert [r.rank for r in cluster.ranks] == [0, 1, 2]
         assert dropped[0] in cluster.client.ids  # the resynced client knows it
-        assert took < cluster_module.RESYNC_S + 40, f"ready only after {took:.1f} s"
+        assert took < ippengines.RESYNC_S + 40, f"ready only after {took:.1f} s"
         client = cluster.require_ready()
         client[:].execute("import torch.distributed as dist; w = dist.get_world_size()", block=True)
         assert client[:].pull("w", block=True) == [3, 3, 3]
-        print(f"ready {took:.1f} s after a lost registration (resync: {cluster_module.RESYNC_S} s)")
+        print(f"ready {took:.1f} s after a lost registration (resync: {ippengines.RESYNC_S} s)")
     finally:
         cluster.stop_sync()

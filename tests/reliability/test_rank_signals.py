@@ -32,7 +32,7 @@ def test_stopped_and_segfaulted_ranks_are_said_with_the_fix(
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     cluster = DistCluster(ClusterSpec(n=2, timeout=20))
     cluster.start_sync()
-    started = [p.pid for p in process_tree(cluster.local_pids())]
+    started = [p.pid for p in process_tree(cluster.engines.local_pids())]
     first, second = cluster.ranks[0].pid, cluster.ranks[1].pid
     try:
         os.kill(first, signal.SIGSEGV)
@@ -47,6 +47,6 @@ def test_stopped_and_segfaulted_ranks_are_said_with_the_fix(
         assert "restart" in said, said
     finally:
         os.kill(second, signal.SIGCONT)
-        started += [p.pid for p in process_tree(cluster.local_pids())]
+        started += [p.pid for p in process_tree(cluster.engines.local_pids())]
         cluster.stop_sync()
         kill_all(wait_gone(started, 10)[0])

@@ -37,7 +37,7 @@ def store_port(shell: Any) -> int:
 
 
 def test_controller_and_engines_listen_on_loopback_only(shell: Any, cluster2: Any) -> None:
-    pids = [r.pid for r in cluster2.ranks] + [cluster2._ipp.controller.process.pid]
+    pids = [r.pid for r in cluster2.ranks] + [cluster2.engines.controller_pid]
     rendezvous = store_port(shell)
     sockets = {pid: listening(pid) for pid in pids}
     assert any(sockets.values())
@@ -54,7 +54,7 @@ def test_rendezvous_store_listens_on_loopback_only(shell: Any, cluster2: Any) ->
 
 def test_ipyparallel_messages_are_signed(cluster2: Any) -> None:
     security = os.path.join(cluster2.profile_dir, "security")
-    cid = cluster2._ipp.cluster_id
+    cid = cluster2.engines.ipp_cluster_id
     files = glob.glob(os.path.join(security, f"ipcontroller-{cid}-*.json"))
     assert sorted(os.path.basename(f) for f in files) == [
         f"ipcontroller-{cid}-client.json",
@@ -70,7 +70,7 @@ def test_ipyparallel_messages_are_signed(cluster2: Any) -> None:
 
 def test_connection_files_and_store_are_owner_only(cluster2: Any, throwaway_store: str) -> None:
     security = os.path.join(cluster2.profile_dir, "security")
-    cid = cluster2._ipp.cluster_id
+    cid = cluster2.engines.ipp_cluster_id
     ours = glob.glob(os.path.join(security, f"*{cid}*.json"))
     assert len(ours) == 3, ours  # client, engine and the cluster file
     assert stat.S_IMODE(os.stat(security).st_mode) & 0o077 == 0
@@ -113,7 +113,7 @@ def test_metrics_channel_drops_unsigned_and_wrongly_signed() -> None:
 def test_cluster_files_are_owner_only(cluster2: Any) -> None:
     from dist_notebook.cluster.reap import cluster_files
 
-    files = cluster_files(cluster2.profile_dir, cluster2._ipp.cluster_id)
+    files = cluster_files(cluster2.profile_dir, cluster2.engines.ipp_cluster_id)
     assert any("ipengine" in os.path.basename(f) for f in files), files
     modes = {f: stat.S_IMODE(os.stat(f).st_mode) for f in files}
     assert all(mode & 0o077 == 0 for mode in modes.values()), modes

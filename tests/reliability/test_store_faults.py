@@ -487,7 +487,7 @@ def test_a_cluster_started_under_a_lock_records_and_takes_the_panel(
         holder.release()
         session.cluster = saved
         if cluster is not None:
-            pids = pids_of(cluster) if cluster._ipp and cluster._ipp.controller else []
+            pids = pids_of(cluster) if cluster.engines.controller_pid is not None else []
             cluster.stop_sync()
             left, _ = wait_gone(pids, 10)
             kill_all(left)

@@ -33,7 +33,7 @@ def wait_for(condition: Any, timeout: float) -> float:
 def test_stopped_rank_is_reported_and_restart_recovers(throwaway_store: str) -> None:
     cluster = DistCluster(ClusterSpec(n=2, timeout=20))
     cluster.start_sync()
-    started = [p.pid for p in process_tree(cluster.local_pids())]
+    started = [p.pid for p in process_tree(cluster.engines.local_pids())]
     stopped = cluster.ranks[1].pid
     try:
         os.kill(stopped, signal.SIGSTOP)
@@ -55,7 +55,7 @@ def test_stopped_rank_is_reported_and_restart_recovers(throwaway_store: str) -> 
         time.sleep(1.0)
         assert cluster.state.value == "ready" and cluster.dead_ranks() == {}
     finally:
-        started += [p.pid for p in process_tree(cluster.local_pids())]
+        started += [p.pid for p in process_tree(cluster.engines.local_pids())]
         cluster.stop_sync()
         kill_all(wait_gone(started, 10)[0])
 

@@ -134,7 +134,7 @@ def live_cluster(writer: StoreWriter, request: pytest.FixtureRequest) -> Iterato
     import ipyparallel as ipp
 
     launchers = _our_launchers() if request.param == "ours" else {}
-    from dist_notebook.cluster.cluster import own_profile_dir
+    from dist_notebook.cluster.profiles import own_profile_dir
 
     cluster = ipp.Cluster(
         n=2,

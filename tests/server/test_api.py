@@ -189,7 +189,7 @@ async def test_stopping_a_stopped_cluster_does_nothing(jp_fetch, filled_store):
 
 
 async def test_an_unloadable_cluster_file_is_409(jp_fetch, writer, tmp_path):
-    from dist_notebook.cluster.cluster import own_profile_dir
+    from dist_notebook.cluster.profiles import own_profile_dir
 
     profile = Path(own_profile_dir("bad"))
     (profile / "security").mkdir(parents=True)

@@ -76,7 +76,7 @@ def check_untouched(pid: int) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the store to another uid")
 async def test_a_store_of_another_user_is_read_only(jp_fetch, writer, store_file, victim):
-    from dist_notebook.cluster.cluster import own_profile_dir
+    from dist_notebook.cluster.profiles import own_profile_dir
 
     forged_cluster(writer, Path(own_profile_dir("forged")), victim)
     writer.close()
@@ -102,7 +102,7 @@ async def test_a_profile_folder_outside_the_private_base_is_read_only(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another uid")
 async def test_a_cluster_file_of_another_user_is_read_only(jp_fetch, writer, victim):
-    from dist_notebook.cluster.cluster import own_profile_dir
+    from dist_notebook.cluster.profiles import own_profile_dir
 
     profile = Path(own_profile_dir("forged"))
     forged_cluster(writer, profile, victim)
@@ -114,7 +114,7 @@ async def test_a_cluster_file_of_another_user_is_read_only(jp_fetch, writer, vic
 
 
 async def test_this_users_own_cluster_is_not_read_only(jp_fetch, writer, victim):
-    from dist_notebook.cluster.cluster import own_profile_dir
+    from dist_notebook.cluster.profiles import own_profile_dir
 
     forged_cluster(writer, Path(own_profile_dir("forged")), victim)
     shown = json.loads((await jp_fetch(*API, "clusters", "c-forged")).body)

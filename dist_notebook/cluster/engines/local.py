@@ -66,13 +66,13 @@ class LocalEngines(EnginesStrategy):
             added = n - cluster.n
             cluster.update(spec=_resized(cluster.spec, n))
             cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}")
-            await cluster.start_engines(added, n - added)
-            await cluster.wait_for_engines(before, added)
+            await cluster.engines.start_engines(added, cluster.engine_env(n - added))
+            await cluster.engines.wait_for_engines(before, added)
             return Resized(kept + sorted(set(client.ids) - before))
         leaving = [r for r in cluster.ranks if r.rank >= n]
         cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {leaving[0].rank}..")
         pids = {r.pid for r in leaving}
-        for set_id, engine_set in cluster.engine_sets():
+        for set_id, engine_set in cluster.engines.engine_sets():
             for identifier, launcher in list(getattr(engine_set, "launchers", {}).items()):
                 if getattr(launcher, "pid", None) in pids:
                     cluster.health.bury(set_id, identifier)  # first: a stopped engine is no death

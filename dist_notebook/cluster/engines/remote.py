@@ -70,7 +70,7 @@ class RemoteEngines(EnginesStrategy):
     def leaving(self, cluster: Scalable, plan: ScalePlan) -> list[RankInfo]:
         """The ranks that go: the newest first (the last engine set's highest ranks)."""
         sets = {r.rank: plan.origins[r.engine_id]["set"] for r in cluster.ranks}
-        order = [set_id for set_id, _ in cluster.engine_sets()]
+        order = [set_id for set_id, _ in cluster.engines.engine_sets()]
         going = set(newest_ranks(sets, order, cluster.n - plan.n))
         return [r for r in cluster.ranks if r.rank in going]
 
@@ -132,15 +132,15 @@ class RemoteEngines(EnginesStrategy):
         if added > 0:
             client = cluster.require_client()
             before = set(client.ids)
-            launched = cluster.launched_engine_sets()
+            launched = cluster.engines.launched_engine_sets()
             try:
                 await self._add(cluster, added, target, have)
-                await cluster.wait_for_engines(before, added)
+                await cluster.engines.wait_for_engines(before, added)
             except Exception as e:
                 # Nothing half-grown stays behind (a Slurm job still pending, engines that
                 # did start): the cluster goes on with the ranks it kept.
-                for set_id in sorted(cluster.launched_engine_sets() - launched):
-                    await cluster.drop_engine_set(set_id)
+                for set_id in sorted(cluster.engines.launched_engine_sets() - launched):
+                    await cluster.engines.drop_engine_set(set_id)
                 known = dict(spec.hosts)
                 left = tuple((h, have.get(h, 0)) for h in target if h in known or have.get(h))
                 cluster.update(
@@ -148,10 +148,10 @@ class RemoteEngines(EnginesStrategy):
                         cluster.spec, n=len(kept), hosts=left or spec.hosts, scaled=True
                     )
                 )
-                cluster.configure_engine_launcher()
+                cluster.engines.configure_engine_launcher()
                 raise self._grow_failed(n, added, growth(target, have), kept, e) from e
             new = sorted(set(client.ids) - before)
-        cluster.configure_engine_launcher()
+        cluster.engines.configure_engine_launcher()
         return kept + new, set(kept)
 
     def _grow_failed(
@@ -177,7 +177,7 @@ class RemoteEngines(EnginesStrategy):
         """The host (as ``--hosts`` names it) an engine runs on, from its origin."""
         from ..scale import ScaleError
 
-        engine_set = dict(cluster.engine_sets()).get(origin["set"])
+        engine_set = dict(cluster.engines.engine_sets()).get(origin["set"])
         host = origin["host"] or self.host_by_launch(engine_set, origin)
         if not host:
             raise ScaleError(
@@ -198,7 +198,7 @@ class RemoteEngines(EnginesStrategy):
         ranks = ", ".join(str(r.rank) for r in sorted(leaving, key=lambda r: r.rank))
         cluster.progress(f"stopping rank{'s' if len(leaving) > 1 else ''} {ranks}")
         client = cluster.require_client()
-        sets = dict(cluster.engine_sets())
+        sets = dict(cluster.engines.engine_sets())
         shutdown = []
         stops = []
         for r in leaving:
@@ -226,7 +226,7 @@ class RemoteEngines(EnginesStrategy):
         empty = [s for s in sets if s not in staying]
         if empty:
             cluster.progress(f"stopping engine set{'s' if len(empty) > 1 else ''} left empty")
-            await cluster.stop_engine_sets(empty)
+            await cluster.engines.stop_engine_sets(empty)
 
     async def _add(
         self, cluster: Scalable, added: int, target: dict[str, int], have: dict[str, int]
@@ -237,7 +237,7 @@ class RemoteEngines(EnginesStrategy):
         where = f" {self.grow_where(grow)}" if grow else ""
         cluster.progress(f"starting {added} engine{'s' if added > 1 else ''}{where}")
         for count, env, traits in starts:
-            await cluster.start_engines(count, env=env, traits=traits)
+            await cluster.engines.start_engines(count, env, traits=traits)
 
 
 async def origins_of(cluster: Scalable) -> dict[int, dict[str, Any]]:
@@ -248,7 +248,7 @@ async def origins_of(cluster: Scalable) -> dict[int, dict[str, Any]]:
     ids = [r.engine_id for r in cluster.ranks]
     client = cluster.require_client()
     found = await asyncio.wrap_future(client[ids].apply_async(rankenv.origin))
-    sets = cluster.engine_sets()
+    sets = cluster.engines.engine_sets()
     base = sets[0][0] if sets else None
     out = {}
     for eid, origin in zip(ids, found, strict=True):
