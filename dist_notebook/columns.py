@@ -1,11 +1,11 @@
 """The compact wire format of a batch of records (rank -> kernel): columns of binary numbers.
 
-``report()``'s rows (``[step, time, step_time, comm_time, samples, {metrics}, gpu]``) go
-as one payload: a JSON header, a newline, then the batch's columns as little-endian
-binary: the steps (int64), then time, step_time, comm_time, samples and each metric
-(float64), ``n`` values each. The header says which columns the body holds and where a
-column has no value (``None``: a first record's step time, a metric a record did not
-report)::
+``report()``'s rows (``[step, time, step_time, comm_time, samples, {metrics}, gpu,
+cpu_time, run_delay, load, cores, data_time, peak_mem]``) go as one payload: a JSON
+header, a newline, then the batch's columns as little-endian binary: the steps (int64),
+then time, step_time, comm_time, samples, the step's measures and each metric (float64),
+``n`` values each. The header says which columns the body holds and where a column has
+no value (``None``: a first record's step time, a metric a record did not report)::
 
     {"v": 3, "run": ..., "rank": ..., "end": ..., "n": N, "cols": ["step", "time", ...,
      "m:loss", ...], "gaps": {"step_time": [0]}, "gpu": {"7": {"util": ...}}}
@@ -25,10 +25,13 @@ from array import array
 from itertools import repeat
 from typing import Any
 
-from .protocol import GPU_FIELDS, Record, WireError, from_json_value
+from .protocol import GPU_FIELDS, STEP_MEASURES, Record, WireError, from_json_value
 
 VERSION = 3
-SYSTEM = ("step_time", "comm_time", "samples")  # float64 columns that may have no value
+# float64 columns that may have no value: a row's step_time, comm_time and samples, and
+# after its gpu, the step's measures (a row of 7, as before them, has none).
+SYSTEM = ("step_time", "comm_time", "samples", *STEP_MEASURES)
+_WIDTH = 7 + len(STEP_MEASURES)
 _LITTLE = sys.byteorder == "little"
 _FLOAT = frozenset((float,))
 
@@ -50,8 +53,9 @@ def encode(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> 
     this format (a step beyond int64, a value that is not a float): then send the rows in
     ``protocol``'s format."""
     n = len(rows)
-    fields = map(list, zip(*rows, strict=True)) if n else ([] for _ in range(7))
-    steps, times, step_times, comm_times, samples, metrics, gpus = fields
+    fields = [list(f) for f in zip(*rows, strict=True)] if n else [[] for _ in range(_WIDTH)]
+    steps, times, step_times, comm_times, samples, metrics, gpus = fields[:7]
+    measures = fields[7:_WIDTH] + [[None] * n] * (_WIDTH - max(7, len(fields)))
     gaps: dict[str, list[int]] = {}
     cols = ["step", "time"]
     try:
@@ -59,7 +63,8 @@ def encode(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> 
             gaps["step"] = [i for i, s in enumerate(steps) if s is None]
             steps = [0 if s is None else s for s in steps]
         arrays = [array("q", steps), array("d", times)]
-        for name, values in zip(SYSTEM, (step_times, comm_times, samples), strict=True):
+        system = (step_times, comm_times, samples, *measures)
+        for name, values in zip(SYSTEM, system, strict=True):
             column = _column(values, gaps, name)
             if column is not None:
                 cols.append(name)
@@ -220,7 +225,9 @@ def read(
         dicts = ({k: v for k, v in zip(names, vs, strict=True) if v is not None} for vs in rows)
     else:
         dicts = map(dict, map(zip, repeat(names), zip(*values, strict=True)))
-    records = list(map(Record, repeat(head.rank), steps, times, *system, dicts, repeat(None)))
+    records = list(
+        map(Record, repeat(head.rank), steps, times, *system[:3], dicts, repeat(None), *system[3:])
+    )
     for i, sample in head.gpu.items():
         records[i].gpu = dict(sample)
     return head.rank, records, head.end, text

@@ -54,8 +54,12 @@ WINDOW = 20  # records per rank behind every derived measure
 STRAGGLER_PERSISTENCE = 0.8
 STRAGGLER_MIN_SHARE = 0.2
 STRAGGLER_MIN_SAMPLES = 10
+# A record's measures of its rank's step, after its GPU sample on the wire (engine/reporter.py):
+# CPU seconds of the training thread, seconds it waited for a CPU, the load average, the cores
+# the rank may run on, seconds it waited for data (report(data_time=...)), peak memory (bytes).
+STEP_MEASURES = ("cpu_time", "run_delay", "load", "cores", "data_time", "peak_mem")
 # System fields of a record, in the order they travel on the wire.
-SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples")
+SYSTEM_FIELDS = ("rank", "step", "time", "step_time", "comm_time", "samples", *STEP_MEASURES)
 # What a rank's GPU sampler may add to a record (NVML, 1-2 Hz): utilisation (0-1),
 # memory used (bytes), power (watts). Absent on CPU ranks.
 GPU_FIELDS = ("util", "mem", "power")
@@ -64,7 +68,17 @@ GPU_FIELDS = ("util", "mem", "power")
 # --- the record ------------------------------------------------------------------------
 @dataclass(slots=True)
 class Record:
-    """One report() of one rank. ``metrics`` holds the user's names only."""
+    """One report() of one rank. ``metrics`` holds the user's names only.
+
+    The step's measures (None where not measured; the step is the time since the rank's
+    previous report()): ``cpu_time`` CPU seconds the reporting thread used
+    (``time.thread_time``); ``run_delay`` seconds it was runnable but waited for a CPU
+    (``/proc/thread-self/schedstat``; None where absent); ``load`` the 1-minute load
+    average; ``cores`` the cores the rank may run on (its affinity); ``data_time``
+    seconds it waited for data (``report(data_time=...)``); ``peak_mem`` its peak memory
+    in bytes (on a GPU: allocated by torch, on CPU: the process's resident high-water
+    mark, engine/reporter.py).
+    """
 
     rank: int
     step: int | None
@@ -74,6 +88,12 @@ class Record:
     samples: float | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     gpu: dict[str, float] | None = None
+    cpu_time: float | None = None
+    run_delay: float | None = None
+    load: float | None = None
+    cores: float | None = None
+    data_time: float | None = None
+    peak_mem: float | None = None
 
     def to_json(self, seq: int | None = None) -> dict[str, Any]:
         """The record as the REST API and the live chart carry it (valid JSON)."""
@@ -86,6 +106,12 @@ class Record:
             "samples": json_value(self.samples),
             "metrics": {k: json_value(v) for k, v in self.metrics.items()},
             "gpu": None if self.gpu is None else {k: json_value(v) for k, v in self.gpu.items()},
+            "cpu_time": json_value(self.cpu_time),
+            "run_delay": json_value(self.run_delay),
+            "load": json_value(self.load),
+            "cores": json_value(self.cores),
+            "data_time": json_value(self.data_time),
+            "peak_mem": json_value(self.peak_mem),
         }
         if seq is not None:
             out["seq"] = seq
@@ -131,10 +157,26 @@ def to_float(value: Any) -> float:
 
 # --- the wire (rank -> kernel) ----------------------------------------------------------
 # One message carries a batch: {"v", "run", "rank", "records": [[step, time, step_time,
-# comm_time, samples, {metrics}], ...], "end": bool}. "end" belongs to the message, not
-# to a record, so no metric name can end a rank's records.
+# comm_time, samples, {metrics}, gpu, cpu_time, run_delay, load, cores, data_time,
+# peak_mem], ...], "end": bool}. "end" belongs to the message, not to a record, so no
+# metric name can end a rank's records. The step's measures came last, after gpu: a row
+# of 7 (an older rank's) has none, and entries past the known ones are ignored.
 def wire_row(rec: Record) -> list[Any]:
-    return [rec.step, rec.time, rec.step_time, rec.comm_time, rec.samples, rec.metrics, rec.gpu]
+    return [
+        rec.step,
+        rec.time,
+        rec.step_time,
+        rec.comm_time,
+        rec.samples,
+        rec.metrics,
+        rec.gpu,
+        rec.cpu_time,
+        rec.run_delay,
+        rec.load,
+        rec.cores,
+        rec.data_time,
+        rec.peak_mem,
+    ]
 
 
 def wire_message(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> dict:
@@ -157,9 +199,12 @@ def decode_message(msg: Any, run_id: str) -> tuple[int, list[Record], bool]:
 
 
 def _decode_row(rank: int, row: Any) -> Record:
-    if not isinstance(row, list) or len(row) != 7 or not isinstance(row[5], dict):
-        raise WireError("a record is [step, time, step_time, comm_time, samples, metrics, gpu]")
-    step, time_, step_time, comm_time, samples, metrics, gpu = row
+    if not isinstance(row, list) or len(row) < 7 or not isinstance(row[5], dict):
+        raise WireError(
+            "a record is [step, time, step_time, comm_time, samples, metrics, gpu, measures...]"
+        )
+    step, time_, step_time, comm_time, samples, metrics, gpu = row[:7]
+    measures = [from_json_value(v) for v in row[7 : 7 + len(STEP_MEASURES)]]
     if gpu is not None and not isinstance(gpu, dict):
         raise WireError("a record's gpu is an object or null")
     if not (step is None or type(step) is int) or not isinstance(time_, int | float):
@@ -175,6 +220,7 @@ def _decode_row(rank: int, row: Any) -> Record:
         gpu=None
         if gpu is None
         else {k: x for k in GPU_FIELDS if (x := from_json_value(gpu.get(k))) is not None},
+        **dict(zip(STEP_MEASURES, measures, strict=False)),
     )
 
 
@@ -629,7 +675,9 @@ def typescript() -> str:
         "export interface IRecord {\n  seq?: number;\n  rank: number;\n  step: number | null;\n"
         "  time: number;\n  step_time: JsonNumber | null;\n  comm_time: JsonNumber | null;\n"
         "  samples: JsonNumber | null;\n  metrics: { [name: string]: JsonNumber | null };\n"
-        "  gpu: { util?: JsonNumber; mem?: JsonNumber; power?: JsonNumber } | null;\n}"
+        "  gpu: { util?: JsonNumber; mem?: JsonNumber; power?: JsonNumber } | null;\n"
+        + "".join(f"  {name}?: JsonNumber | null;\n" for name in STEP_MEASURES)
+        + "}"
     )
     out.append(_ts_interface(RankSummary, "IRankSummary", "A rank's derived measures."))
     out.append(_ts_interface(HostSummary, "IHostSummary", "The ranks of one host."))

@@ -33,6 +33,7 @@ from collections import deque
 from typing import Any
 
 from .. import columns, protocol
+from .stepmeasures import StepMeasures
 
 _lock = threading.Lock()
 # How often a rank ships its queued records. Each batch costs a wake-up, JSON, HMAC and a
@@ -69,6 +70,7 @@ class _Channel:
         self.socket.setsockopt(zmq.LINGER, int(STALL_S * 1000))
         self.socket.connect(endpoint)
         self.last_time: float | None = None
+        self.measures = StepMeasures()  # the step's CPU time, CPU wait, load, memory
         self.sent = 0  # records report() took (queued for the kernel)
         self.dropped = 0  # records given up: the kernel took nothing for STALL_S
         self.stalled = False
@@ -167,6 +169,7 @@ class _Channel:
             self._room.notify_all()
         self._sender.join()
         self.socket.close()
+        self.measures.close()
 
 
 _channel: _Channel | None = None
@@ -214,8 +217,11 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
     no record is lost), and never longer than ``STALL_S`` without the kernel taking any.
 
     ``step``: the step number (an int). ``samples``: samples processed since the last
-    report (gives samples/s). Every other keyword is a metric of yours, under any name
-    (``loss``, ``lr``, ``seq``, ``rank`` ...), a number or a one-element tensor.
+    report (gives samples/s). ``data_time``: seconds this step waited for its data (the
+    loader's ``next()``), if you time it: the summary tells an input-bound run by it.
+    Every other keyword is a metric of yours, under any name (``loss``, ``lr``, ``seq``,
+    ``rank`` ...), a number or a one-element tensor. Each record also carries the step's
+    CPU time, CPU wait, load, cores and peak memory (engine/stepmeasures.py).
     Outside a ``%%dist_train`` run, report() does nothing.
     """
     channel = _channel
@@ -239,9 +245,15 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
         gpu = extra.get("gpu", gpu)
     if comm_time is not None and step_time is not None and comm_time > step_time:
         comm_time = step_time  # a sampled estimate (commtime.py) never exceeds the step
+    data = metrics.pop("data_time", None)
+    data_time = None if data is None else protocol.to_float(data)
     values = {name: _value(value) for name, value in metrics.items()}
     count = None if samples is None else _value(samples)
-    channel.send([step, now, step_time, comm_time, count, values, gpu])
+    cpu_time, run_delay, load, cores, peak_mem = channel.measures.take()
+    channel.send(
+        [step, now, step_time, comm_time, count, values, gpu]
+        + [cpu_time, run_delay, load, cores, data_time, peak_mem]
+    )
 
 
 def _value(value: Any) -> Any:

@@ -13,7 +13,7 @@ import psutil
 from .. import protocol
 from ..protocol import Record, RunSummary
 from .location import store_path
-from .schema import StoreError, columns, connect, metrics_columns
+from .schema import V4_COLUMNS, StoreError, columns, connect, metrics_columns
 from .writer import ENDED_GRACE_S, LIVE_CLUSTER, orphan_reason
 
 # Fields that version 1 of the store kept inside `data` with the user's metrics.
@@ -55,6 +55,7 @@ class StoreReader:
         self.path = path or store_path()
         self._conn = connect(self.path, create=False)
         self._sys_columns: bool | None = None
+        self._measure_columns = False
         self._recent_column: bool | None = None  # metrics_ranks has "recent" (writer.py)
         self._node_column: bool | None = None
 
@@ -219,12 +220,14 @@ class StoreReader:
         with *last*, only the newest *last* of them, newest first; with *seqs* (a JSON
         list), only those."""
         if self._sys_columns is None:
-            self._sys_columns = {"step_time", "comm_time", "samples", "gpu"} <= metrics_columns(
-                self._conn
-            )
+            have = metrics_columns(self._conn)
+            self._sys_columns = {"step_time", "comm_time", "samples", "gpu"} <= have
+            self._measure_columns = set(V4_COLUMNS) <= have
         sys_cols = (
             "step_time, comm_time, samples, gpu" if self._sys_columns else "NULL, NULL, NULL, NULL"
         )
+        # A store of version 3 or older (read without migrating it) has no step measures.
+        sys_cols += ", " + ", ".join(V4_COLUMNS if self._measure_columns else ["NULL"] * 6)
         sql = (
             f"SELECT seq, rank, step, time, data, {sys_cols} FROM metrics"
             " WHERE run_id = ? AND seq > ?"
@@ -396,7 +399,7 @@ def _metrics(data: str) -> dict[str, float]:
 
 
 def _record(row: sqlite3.Row | tuple[Any, ...], v1: bool) -> Record:
-    _, rank, step, time_, data, step_time, comm_time, samples, gpu = tuple(row)
+    _, rank, step, time_, data, step_time, comm_time, samples, gpu, *measures = tuple(row)
     metrics = _metrics(data)
     if v1:  # a store of version 1, read without migrating it (it may be read-only)
         step_time, comm_time, samples = (metrics.pop(k, None) for k in _V1_SYSTEM)
@@ -409,4 +412,10 @@ def _record(row: sqlite3.Row | tuple[Any, ...], v1: bool) -> Record:
         samples=samples,
         metrics=metrics,
         gpu=_metrics(gpu) if gpu else None,
+        cpu_time=measures[0],
+        run_delay=measures[1],
+        load=measures[2],
+        cores=measures[3],
+        data_time=measures[4],
+        peak_mem=measures[5],
     )

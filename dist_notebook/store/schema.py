@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import envvars
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -71,7 +71,13 @@ CREATE TABLE IF NOT EXISTS metrics (
     step_time REAL,
     comm_time REAL,
     samples REAL,
-    gpu TEXT
+    gpu TEXT,
+    cpu_time REAL,
+    run_delay REAL,
+    load REAL,
+    cores REAL,
+    data_time REAL,
+    peak_mem REAL
 );
 CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics (run_id, seq);
 CREATE TABLE IF NOT EXISTS events (
@@ -238,6 +244,8 @@ def _writable(directory: Path) -> bool:
 # their own, apart from the user's metrics in `data`; records of version 1 keep them in
 # `data`, where the reader still finds them.
 _V2_COLUMNS = ("step_time", "comm_time", "samples", "gpu")
+# Version 4: the step's measures (protocol.STEP_MEASURES); records stored before have none.
+V4_COLUMNS = ("cpu_time", "run_delay", "load", "cores", "data_time", "peak_mem")
 
 
 def metrics_columns(conn: sqlite3.Connection) -> set[str]:
@@ -254,7 +262,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
     if "node_rank" not in columns(conn, "ranks"):
         conn.execute("ALTER TABLE ranks ADD COLUMN node_rank INTEGER")
     have = metrics_columns(conn)
-    for column in _V2_COLUMNS:
+    for column in (*_V2_COLUMNS, *V4_COLUMNS):
         if column not in have:
             kind = "TEXT" if column == "gpu" else "REAL"
             conn.execute(f"ALTER TABLE metrics ADD COLUMN {column} {kind}")

@@ -37,15 +37,16 @@ LIVE_CLUSTER = ("new", "starting", "ready", "degraded", "restarting", "stopping"
 # A run left unfinished this long after its cluster ended is orphaned (reader.py reads it so).
 ENDED_GRACE_S = 30.0
 _INSERT_RECORD = (
-    "INSERT INTO metrics (run_id, rank, step, time, data, step_time, comm_time, samples, gpu)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO metrics (run_id, rank, step, time, data, step_time, comm_time, samples, gpu,"
+    " cpu_time, run_delay, load, cores, data_time, peak_mem)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # Records go in statements of this many rows each (the rest one by one): SQLite's cost of
 # a statement (the AUTOINCREMENT bookkeeping, a step) is shared by its rows, ~25% less a
-# record than one row per statement. 50 x 9 parameters are far below SQLite's limit.
+# record than one row per statement. 50 x 15 parameters are far below SQLite's limit.
 ROWS_PER_INSERT = 50
-_INSERT_RECORDS = _INSERT_RECORD + ", (?, ?, ?, ?, ?, ?, ?, ?, ?)" * (ROWS_PER_INSERT - 1)
-_FIELDS = 9
+_FIELDS = 15
+_INSERT_RECORDS = _INSERT_RECORD + (", (" + ", ".join("?" * _FIELDS) + ")") * (ROWS_PER_INSERT - 1)
 _UPSERT_FACTS = (
     "INSERT INTO metrics_ranks (run_id, rank, records, first_step, last_step, last_loss, recent)"
     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, rank) DO UPDATE SET"
@@ -191,9 +192,7 @@ class MetricRows:
             pairs = zip(records, texts, strict=True)
             datas = [_json(r.metrics) if t is None else t for r, t in pairs]
         self.rows.extend(
-            (run_id, r.rank, r.step, r.time, d, r.step_time, r.comm_time, r.samples, None)
-            if r.gpu is None
-            else (
+            (
                 run_id,
                 r.rank,
                 r.step,
@@ -202,7 +201,13 @@ class MetricRows:
                 r.step_time,
                 r.comm_time,
                 r.samples,
-                _json(r.gpu),
+                None if r.gpu is None else _json(r.gpu),
+                r.cpu_time,
+                r.run_delay,
+                r.load,
+                r.cores,
+                r.data_time,
+                r.peak_mem,
             )
             for r, d in zip(records, datas, strict=True)
         )

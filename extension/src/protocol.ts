@@ -59,6 +59,12 @@ export interface IRecord {
   samples: JsonNumber | null;
   metrics: { [name: string]: JsonNumber | null };
   gpu: { util?: JsonNumber; mem?: JsonNumber; power?: JsonNumber } | null;
+  cpu_time?: JsonNumber | null;
+  run_delay?: JsonNumber | null;
+  load?: JsonNumber | null;
+  cores?: JsonNumber | null;
+  data_time?: JsonNumber | null;
+  peak_mem?: JsonNumber | null;
 }
 
 /** A rank's derived measures. */

@@ -42,6 +42,24 @@ def measured_run(steps, model=None, stall_at=None, stall=0.0, from_on=False):
         loss.backward()
         opt.step()
         report(step=step, loss=loss.item(), samples=32)
+
+def costly_run(steps):
+    model = new_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    for step in range(steps):
+        if dist.get_rank() == 1 and step == 10:
+            end = time.thread_time() + 0.1
+            while time.thread_time() < end:  # 0.1 s of the rank's own CPU
+                pass
+            block = bytearray(200 * 2**20)
+            block[::4096] = b"x" * len(block[::4096])  # 200 MiB resident, then freed
+            del block
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        report(step=step, loss=loss.item(), samples=32, data_time=0.001 * step)
 """
 STEPS = 24
 
@@ -85,6 +103,24 @@ def test_a_sleep_from_step_12_on_shows_from_step_12(defined: Any) -> None:
     assert min(later) >= 30, f"rank 1 waits ~50 ms a step from step 12 on: {waited}"
     before = statistics.median(waited[s] for s in range(1, 12))
     assert before < 25, f"before step 12 nobody slept: {waited}"
+
+
+def test_each_record_carries_its_steps_cpu_time_cpu_wait_load_and_peak_memory(
+    defined: Any,
+) -> None:
+    run = train(defined, "costly", f"costly_run({STEPS})")
+    recs = {(r.rank, r.step): r for r in run.records()}
+    spent = recs[1, 10]
+    assert spent.cpu_time is not None and spent.cpu_time >= 0.09, spent
+    assert all(recs[1, s].cpu_time < 0.09 for s in (9, 11, 12)), [recs[1, s] for s in (9, 11)]
+    assert spent.peak_mem is not None and spent.peak_mem >= recs[1, 9].peak_mem + 150 * 2**20
+    # the high-water mark is reset each step: the step after is back down
+    assert recs[1, 12].peak_mem < spent.peak_mem - 150 * 2**20, (recs[1, 12], spent)
+    for (_, step), r in recs.items():
+        assert r.data_time == pytest.approx(0.001 * step) and "data_time" not in r.metrics
+        assert r.load is not None and r.cores is not None and r.cores >= 1
+        if step:
+            assert r.cpu_time is not None and r.run_delay is not None and r.run_delay >= 0
 
 
 def shares(run: Any) -> list[Any]:

@@ -107,7 +107,7 @@ def test_a_version_2_store_is_read_then_migrated(tmp_path: Path) -> None:
     try:
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         rows = conn.execute("SELECT cluster_id, host, node_rank FROM ranks ORDER BY cluster_id")
-        assert (version[0], rows.fetchall()) == ("3", [("new", "h2", 1), ("old", "h1", None)])
+        assert (version[0], rows.fetchall()) == ("4", [("new", "h2", 1), ("old", "h1", None)])
     finally:
         conn.close()
 
