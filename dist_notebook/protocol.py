@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from . import verdict
+
 PROTOCOL_VERSION = 2
 WINDOW = 20  # records per rank behind every derived measure
 # A straggler: in at least STRAGGLER_PERSISTENCE of the window's steps the others wait for
@@ -400,6 +402,24 @@ class RankSummary:
     others_wait: float | None = None
     waited_for_share: float | None = None
     straggler: bool = False
+    # The rank's own cost of a step (medians over the window; None where not measured):
+    # CPU seconds of its training thread, seconds it waited for a CPU, the share of a core
+    # it got while it wanted one (cpu / (cpu + run_delay)), the load average and its cores
+    # (the newest), seconds waiting for data and their share of the step, and its peak
+    # memory in bytes (the largest of the window).
+    cpu_time: float | None = None
+    run_delay: float | None = None
+    cpu_share: float | None = None
+    load: float | None = None
+    cores: float | None = None
+    data_time: float | None = None
+    data_share: float | None = None
+    peak_mem: float | None = None
+    # Set by mark_stragglers (dist_notebook/verdict.py): its CPU time per step over the
+    # other ranks' median, and whether the others wait for it because another process holds
+    # its CPU (a starved rank is never the straggler).
+    work_ratio: float | None = None
+    starved: bool = False
     # Per step of the window: the time outside the all-reduce (for mark_stragglers; not
     # sent: to_json and the TypeScript leave it out).
     per_step: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
@@ -481,6 +501,13 @@ def summarize_rank(
     steps_done = None
     if last_step is not None:
         steps_done = last_step + 1 if first_step == 0 else last_step
+    cpu_time = _median(r.cpu_time for r in recent)
+    run_delay = _median(r.run_delay for r in recent)
+    cpu_share = None
+    if cpu_time is not None and run_delay is not None and cpu_time + run_delay > 0:
+        cpu_share = cpu_time / (cpu_time + run_delay)
+    data_time = _median(r.data_time for r in recent)
+    peaks = [r.peak_mem for r in recent if r.peak_mem is not None and math.isfinite(r.peak_mem)]
     return RankSummary(
         rank=rank,
         host=host,
@@ -497,8 +524,21 @@ def summarize_rank(
         gpu_util=gpu.get("util"),
         gpu_mem=gpu.get("mem"),
         gpu_power=gpu.get("power"),
+        cpu_time=cpu_time,
+        run_delay=run_delay,
+        cpu_share=cpu_share,
+        load=_newest(r.load for r in recent),
+        cores=_newest(r.cores for r in recent),
+        data_time=data_time,
+        data_share=None if data_time is None or not step_time else min(1.0, data_time / step_time),
+        peak_mem=max(peaks) if peaks else None,
         per_step=per_step,
     )
+
+
+def _newest(values: Iterable[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return finite[-1] if finite else None
 
 
 def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
@@ -515,11 +555,17 @@ def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
     the flag asks for persistence, not size alone: waited for in at least
     STRAGGLER_PERSISTENCE of the steps, by a median of at least STRAGGLER_MIN_SHARE of its
     step time.
+
+    A rank the rule flags that is starved of a CPU (``verdict.is_starved``: the same CPU
+    time per step as the others, its wait for a CPU explaining the others' wait for it) is
+    marked ``starved``, not the straggler: the machine is oversubscribed, and nothing in
+    the rank's code would help.
     """
     timed = [s for s in summaries if s.per_step]
     for s in summaries:
         s.others_wait = s.waited_for_share = None
-        s.straggler = False
+        s.straggler = s.starved = False
+    verdict.work_ratios(summaries)
     if len(timed) < 2:
         return summaries
     steps = sorted(set.intersection(*(set(s.per_step) for s in timed)))
@@ -535,6 +581,9 @@ def mark_stragglers(summaries: list[RankSummary]) -> list[RankSummary]:
             and s.waited_for_share >= STRAGGLER_PERSISTENCE
             and s.others_wait >= STRAGGLER_MIN_SHARE * s.step_time
         )
+    for s in timed:
+        if s.straggler and verdict.is_starved(s, summaries):
+            s.straggler, s.starved = False, True
     return summaries
 
 
@@ -570,10 +619,15 @@ class RunSummary:
     samples_per_s: float | None
     ranks: list[RankSummary]
     hosts: list[HostSummary]
+    # Why its steps are slow, in one line (dist_notebook/verdict.py): "healthy", "rank 1 is
+    # starved: ...", "rank 3 does 2.1x the work ...", "input-bound: ...", "comm-bound: ...";
+    # None until there are enough steps to judge.
+    verdict: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
+            "verdict": self.verdict,
             "state": self.state,
             "steps": self.steps,
             "steps_done": self.steps_done,
@@ -597,6 +651,7 @@ def summarize_run(
         samples_per_s=sum(rates) if rates else None,
         ranks=ranks,
         hosts=summarize_hosts(ranks),
+        verdict=verdict.judge(ranks),
     )
 
 

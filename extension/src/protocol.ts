@@ -87,6 +87,16 @@ export interface IRankSummary {
   others_wait: JsonNumber | null;
   waited_for_share: JsonNumber | null;
   straggler: boolean;
+  cpu_time: JsonNumber | null;
+  run_delay: JsonNumber | null;
+  cpu_share: JsonNumber | null;
+  load: JsonNumber | null;
+  cores: JsonNumber | null;
+  data_time: JsonNumber | null;
+  data_share: JsonNumber | null;
+  peak_mem: JsonNumber | null;
+  work_ratio: JsonNumber | null;
+  starved: boolean;
 }
 
 /** The ranks of one host. */
@@ -107,4 +117,5 @@ export interface IRunSummary {
   samples_per_s: JsonNumber | null;
   ranks: IRankSummary[];
   hosts: IHostSummary[];
+  verdict: string | null;
 }
