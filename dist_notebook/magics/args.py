@@ -198,59 +198,124 @@ def completer(words: Iterable[str]) -> Callable[[Any, Any], list[str]]:
     return complete
 
 
-def int_list(text: str) -> list[int]:
-    """'0,2' -> [0, 2]; used for --ranks and --gpus."""
+# The ranges of the magics' numbers. Each is far beyond any real use and within what the
+# layers under the flags take: a step or a count is a 64-bit integer in the run store,
+# torch takes a thread count as a C int (and starts that many threads), and a time in
+# seconds becomes a timedelta, a ZMQ poll in milliseconds, a timer.
+MAX_STEPS = 10**12  # --steps, --checkpoint-every
+MAX_RANKS = 100_000  # -n, scale N, --ranks, --rank, GPU ids, --nodes, per-node counts
+MAX_THREADS = 1024  # --threads
+MAX_SECONDS = 30 * 86400.0  # --timeout (30 days)
+MAX_IDLE_SECONDS = 365 * 86400.0  # --idle-timeout (a year)
+
+
+def _shown(text: str) -> str:
+    """*text* for a message: quoted, and cut at 40 characters (a 5,000-digit number)."""
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from *low* to *high*, else a one-line error
+    naming the range (argparse puts the flag before it)."""
+
+    def whole_number(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        try:
+            value = int(text)
+        except ValueError:
+            if digits.isdigit():  # more than 4,300 digits: int() refuses to read it
+                raise argparse.ArgumentTypeError(
+                    f"{_shown(text)} is out of range: give {low} to {high}"
+                ) from None
+            raise argparse.ArgumentTypeError(
+                f"{_shown(text)} is not a whole number: give {low} to {high}"
+            ) from None
+        if not low <= value <= high:
+            shown = str(value) if len(text) <= 40 else _shown(text)
+            why = f"must be {low} or more" if value < low else "is out of range"
+            raise argparse.ArgumentTypeError(f"{shown} {why}: give {low} to {high}")
+        return value
+
+    whole_number.__name__ = f"whole number {low} to {high}"  # argparse's name for it
+    return whole_number
+
+
+def int_list(text: str, high: int = MAX_RANKS - 1) -> list[int]:
+    """'0,2' -> [0, 2]; used for --ranks and --gpus (each 0 to *high*)."""
     try:
         values = [int(part) for part in text.split(",") if part.strip() != ""]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of numbers; write it like 0,1,2"
+            f"{_shown(text)} is not a list of numbers; write it like 0,1,2"
         ) from None
     if not values:
         raise argparse.ArgumentTypeError("the list is empty; write it like 0,1")
     if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r} has a negative number")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} has a negative number")
+    if any(v > high for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} has a number over {high}: give 0 to {high}"
+        )
     if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"{text!r} lists a number twice")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} lists a number twice")
     return values
 
 
-def positive_int(text: str) -> int:
+# A count of ranks, nodes or GPUs; scale's N is read with it too.
+positive_int = bounded_int(1, MAX_RANKS)
+steps_count = bounded_int(1, MAX_STEPS)
+thread_count = bounded_int(1, MAX_THREADS)
+_rank_bound = bounded_int(-MAX_RANKS, MAX_RANKS)
+
+
+def rank_number(text: str) -> int:
+    """A rank (``--rank``, ``%dist_debug N``): a whole number of at most 6 digits; which
+    ranks there are is the cluster's to say (check_ranks: 'this cluster has ranks 0..1')."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
+        return _rank_bound(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a rank: give 0 to {MAX_RANKS - 1}"
+        ) from None
 
 
 DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+def _seconds_in_range(value: float, text: str, high: float) -> float:
+    # nan fails every comparison: "not 0 < value" refuses it, as it refuses inf past high.
+    if not 0 < value <= high:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} must be a positive number of seconds: give more than 0 and at "
+            f"most {high:.0f} ({high / 86400:.0f} days)"
+        )
+    return value
+
+
 def duration(text: str) -> float:
-    """Seconds from ``90s``, ``30m``, ``2h``, ``1d`` or a plain number of seconds."""
+    """Seconds from ``90s``, ``30m``, ``2h``, ``1d`` or a plain number of seconds, more
+    than 0 and at most a year (``--idle-timeout``)."""
     unit = DURATION_UNITS.get(text[-1:].lower(), None) if text else None
     number = text[:-1] if unit is not None else text
     try:
         value = float(number) * (unit or 1.0)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration: write it like 90s, 30m or 2h"
+            f"{_shown(text)} is not a duration: write it like 90s, 30m or 2h"
         ) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
-    return value
+    return _seconds_in_range(value, text, MAX_IDLE_SECONDS)
 
 
 def positive_float(text: str) -> float:
+    """A number of seconds, more than 0 and at most 30 days (``--timeout``)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} is not a number of seconds: give more than 0 and at most "
+            f"{MAX_SECONDS:.0f}"
+        ) from None
+    return _seconds_in_range(value, text, MAX_SECONDS)
 
 
 def check_ranks(ranks: list[int] | None, n: int, flag: str = "--ranks") -> list[int] | None:

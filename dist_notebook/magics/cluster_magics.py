@@ -28,6 +28,7 @@ from .args import (
     parse,
     positive_float,
     positive_int,
+    thread_count,
 )
 from .output import BY_NODE_BEYOND, Progress, Table, nodes_table
 from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_action
@@ -202,7 +203,7 @@ class ClusterMagics(Magics):
     )
     @argument(
         "--threads",
-        type=positive_int,
+        type=thread_count,
         metavar="K",
         help="threads per rank (default: cores / ranks)",
     )

@@ -19,7 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from ..cluster import ClusterError
 from ..cluster.onranks.execute import RankError, apply_on_ranks
 from ..engine import debug as rank_debug
-from .args import HELP, check_ranks, help_text, parse
+from .args import HELP, check_ranks, help_text, parse, rank_number
 from .session import Session
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class DebugMagics(Magics):
     @argument(
         "rank",
         nargs="?",
-        type=int,
+        type=rank_number,
         help="the rank to debug (default: the rank that raised first in the last failed cell)",
     )
     @help_text(EXAMPLES)

@@ -23,6 +23,7 @@ from .args import (
     int_list,
     parse,
     positive_float,
+    rank_number,
     strip_comment,
 )
 from .history import history_of
@@ -136,7 +137,7 @@ class ExecMagics(Magics):
     @HELP
     @argument("expression", nargs="*", help="an expression evaluated on the rank(s)")
     @exclusive(
-        argument("--rank", type=int, default=0, help="the rank to pull from (default: 0)"),
+        argument("--rank", type=rank_number, default=0, help="the rank to pull from (default: 0)"),
         argument("--all", action="store_true", help="pull from every rank: {rank: value}"),
     )
     @help_text(PULL_EXAMPLES)

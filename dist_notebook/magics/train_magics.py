@@ -27,7 +27,7 @@ from .args import (
     parse,
     parser_of,
     positive_float,
-    positive_int,
+    steps_count,
     strip_comment,
 )
 from .history import history_of
@@ -99,7 +99,7 @@ class TrainMagics(Magics):
     @argument("--name", help="a name for the run (default: run-HHMMSS-xxxx)")
     @argument(
         "--steps",
-        type=positive_int,
+        type=steps_count,
         metavar="N",
         help="total steps, for progress and ETA (default: none, no ETA)",
     )
@@ -123,7 +123,7 @@ class TrainMagics(Magics):
     )
     @argument(
         "--checkpoint-every",
-        type=positive_int,
+        type=steps_count,
         metavar="N",
         help="save a checkpoint every N steps, with checkpointer() in the cell (default: none)",
     )
@@ -202,6 +202,27 @@ class TrainMagics(Magics):
             except ClusterError as e:
                 raise UsageError(str(e)) from None
             run = TrainingRun(cluster, spec, writer=cluster.writer())
+        try:
+            dashboard, thread = self._set_up(cluster, run, spec, args)
+        except BaseException as e:
+            # A set-up that failed leaves no run claiming the cluster (every later run,
+            # push and pull was refused for it until a stop).
+            abandon = getattr(run, "abandon", None)
+            if abandon is not None:
+                abandon(f"{type(e).__name__}: {e}")
+            raise
+        if thread is not None:
+            print(f"run {run.name} ({run.id}) started in the background")
+            return None
+        self._execute(run, dashboard, True)
+        # The end is said once, by the run's own output: no Out[] <RunResult> after it
+        # (the result: magics.last_result, or dist_notebook.load_run(name)).
+        return None
+
+    def _set_up(
+        self, cluster: Any, run: Any, spec: RunSpec, args: Any
+    ) -> tuple[Any, threading.Thread | None]:
+        """The run's live view and history; with --background, its thread, started."""
         dashboard = None
         if not args.no_dashboard:
             from ..display import Dashboard
@@ -209,22 +230,19 @@ class TrainMagics(Magics):
             dashboard = Dashboard(run, steps=args.steps, blocking=not args.background)
             dashboard.show()
         self.last_run, self.last_dashboard = run, dashboard
+        assert self.shell is not None
         history_of(self.shell).ran_train(cluster, spec, run)  # for %dist_export
         self.session.run = run
-        if args.background:
-            thread = threading.Thread(
-                target=self._execute,
-                args=(run, dashboard, False),
-                name=f"dist-train-{run.id}",
-                daemon=True,
-            )
-            thread.start()
-            print(f"run {run.name} ({run.id}) started in the background")
-            return None
-        self._execute(run, dashboard, True)
-        # The end is said once, by the run's own output: no Out[] <RunResult> after it
-        # (the result: magics.last_result, or dist_notebook.load_run(name)).
-        return None
+        if not args.background:
+            return dashboard, None
+        thread = threading.Thread(
+            target=self._execute,
+            args=(run, dashboard, False),
+            name=f"dist-train-{run.id}",
+            daemon=True,
+        )
+        thread.start()
+        return dashboard, thread
 
     def _execute(self, run: TrainingRun, dashboard: Any, raise_errors: bool) -> RunResult:
         printer = LabelledPrinter()

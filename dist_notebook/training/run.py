@@ -41,9 +41,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dist_notebook")
 
+MAX_STEP = 2**63 - 1  # the run store's integers
+
 
 @dataclass(frozen=True)
 class RunSpec:
+    """What a run is asked to do: its cell and its flags."""
+
     code: str
     name: str = ""
     steps: int | None = None
@@ -57,8 +61,10 @@ class RunSpec:
     command: str = ""  # the flags as the user typed them (the run's tab in the panel shows them)
 
     def __post_init__(self) -> None:
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"--steps must be 1 or more (got {self.steps})")
+        for flag, value in (("--steps", self.steps), ("--checkpoint-every", self.checkpoint_every)):
+            # A step is a 64-bit integer in the run store (report() refuses one beyond).
+            if value is not None and not 1 <= value <= MAX_STEP:
+                raise ValueError(f"{flag} must be 1 to {MAX_STEP} (got {value})")
         # ExportUnavailable (an ImportError naming the extra) before the run is recorded.
         check_exports(tensorboard=self.tensorboard, mlflow=self.mlflow)
 
@@ -162,21 +168,38 @@ class TrainingRun:
         self._cell_sent = False
         self._lost = ""  # the records lost at its end (lost_note), once known
         self._listeners: list[Callable[[], None]] = []
+        self._entered = False  # run() was called: from there its end releases the claim
         _claim(self)
-        record(
-            self._writer,
-            "add_run",
-            self.id,
-            name=self.name,
-            cluster_id=cluster.id,
-            ranks=self.ranks,
-            steps=spec.steps,
-            code=spec.code,
-        )
-        # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
-        record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
-        if spec.command:
-            record(self._writer, "add_event", "command", spec.command, run_id=self.id)
+        try:
+            record(
+                self._writer,
+                "add_run",
+                self.id,
+                name=self.name,
+                cluster_id=cluster.id,
+                ranks=self.ranks,
+                steps=spec.steps,
+                code=spec.code,
+            )
+            # The options, for exports after the fact (load_run(...).to_tensorboard(DIR)).
+            record(self._writer, "add_event", FLAGS_EVENT, flags_json(spec), run_id=self.id)
+            if spec.command:
+                record(self._writer, "add_event", "command", spec.command, run_id=self.id)
+        except BaseException as e:
+            self.abandon(f"{type(e).__name__}: {e}")
+            raise
+
+    def abandon(self, why: str) -> None:
+        """A run whose set-up failed before run() (here, or in the cell's magic: its live
+        view, the history) ends failed and gives the cluster back, so the next run, push or
+        pull is not refused for a run that never began. Nothing once run() was called."""
+        if self._entered:
+            return
+        try:
+            if self.state == RunState.PENDING:
+                self._set_state(RunState.FAILED, {r: "failed" for r in self.ranks}, error=why)
+        finally:
+            _release(self)
 
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -196,6 +219,7 @@ class TrainingRun:
 
     def run(self, sink: OutputSink | None = None) -> RunResult:
         """Run the cell on every rank; *sink* receives their output as it comes."""
+        self._entered = True
         try:
             return self._run(sink)
         finally:

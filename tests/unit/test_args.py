@@ -52,7 +52,7 @@ def test_int_list_errors(text: str, fix: str) -> None:
 
 def test_positive_int() -> None:
     assert positive_int("3") == 3
-    with pytest.raises(argparse.ArgumentTypeError, match="must be 1 or more"):
+    with pytest.raises(argparse.ArgumentTypeError, match="0 must be 1 or more: give 1 to 100000"):
         positive_int("0")
     with pytest.raises(argparse.ArgumentTypeError, match="not a whole number"):
         positive_int("2.5")
