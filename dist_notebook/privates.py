@@ -103,6 +103,8 @@ PRIVATES: tuple[Private, ...] = (
     Private("torch", "torch.nn.parallel:DistributedDataParallel", "logger",
             "DDP's C++ logger: writes a step's timings at report(), not the next forward",
             instance=True),
+    Private("torch", "torch._C._distributed_c10d:Logger", "_get_ddp_logging_data",
+            "the logger's numbers alone (a third of the cost of DDP's whole logging data)"),
     Private("torch", "torch", "_dynamo",
             "imported early: DDP's constructor imports it (1-2 s), a rank warms it"),
 )  # fmt: skip
@@ -356,6 +358,16 @@ def ddp_logging_data(model: Any) -> dict[str, Any]:
     ``DistributedDataParallel._get_ddp_logging_data()`` (torch 2.4-2.13);
     AssertionError or RuntimeError once the reducer is gone."""
     return dict(model._get_ddp_logging_data())
+
+
+def ddp_timings(model: Any) -> dict[str, int]:
+    """The numbers of DDP's runtime statistics of *model* (``iteration``,
+    ``backward_comm_time`` ...), without its strings (module names, bucket sizes): 9 us a
+    read after a step where the whole logging data took 29 us.
+
+    ``DistributedDataParallel.logger._get_ddp_logging_data().ints_map`` (torch 2.4-2.13);
+    AttributeError for a DDP without a logger, RuntimeError once its reducer is gone."""
+    return model.logger._get_ddp_logging_data().ints_map  # a new dict at each call
 
 
 def log_ddp_runtime_stats(model: Any) -> None:

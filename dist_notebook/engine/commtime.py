@@ -134,7 +134,7 @@ def _logging_data(model: Any, this_step: bool) -> dict[str, Any]:
     try:
         if this_step:
             privates.log_ddp_runtime_stats(model)
-        return privates.ddp_logging_data(model)
+        return privates.ddp_timings(model)
     except (AssertionError, AttributeError, RuntimeError):  # a model whose reducer is gone
         return {}
 

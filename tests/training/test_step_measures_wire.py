@@ -183,8 +183,11 @@ def test_run_delay_is_the_wait_for_a_cpu_a_busy_neighbour_causes() -> None:
     assert run_delay >= 0.5 * cpu_time, (cpu_time, run_delay)
 
 
-def test_peak_memory_is_the_steps_own() -> None:
+@pytest.mark.parametrize("rusage", [True, False], ids=["getrusage", "status-file"])
+def test_peak_memory_is_the_steps_own(rusage: bool) -> None:
     measures = StepMeasures()
+    assert measures._rusage, "on Linux ru_maxrss is the process's own mark"
+    measures._rusage = rusage
     try:
         measures.take()
         base = measures.take()[4]

@@ -25,6 +25,7 @@ class Reducer:
         self.overlap_ns = 0
         self.logged: dict[str, Any] = {}
         self.logger = self
+        self.asked = 0  # set_runtime_stats_and_log calls by commtime
 
     def step(self, comm_ms: float, overlap_ms: float = 0.0) -> None:
         self.iteration += 1
@@ -32,13 +33,22 @@ class Reducer:
         self.overlap_ns = int(overlap_ms * 1e6)
 
     def set_runtime_stats_and_log(self) -> None:
+        self.asked += 1
+        self.log_as_ddp()
+
+    def log_as_ddp(self) -> None:
+        """What DDP writes at its next forward."""
         self.logged = {
             "iteration": self.iteration,
             "backward_comm_time": self.comm_ns,
             "backward_compute_comm_overlap_time": self.overlap_ns,
         }
 
-    def _get_ddp_logging_data(self) -> dict[str, Any]:
+    def _get_ddp_logging_data(self) -> Any:
+        return self
+
+    @property
+    def ints_map(self) -> dict[str, Any]:
         return dict(self.logged)
 
 
@@ -82,13 +92,13 @@ def test_a_loop_reporting_every_fourth_iteration_gets_four_spans(model: Reducer)
 
 def test_on_a_gpu_samples_are_smoothed_and_read_at_most_every_refresh(model: Reducer) -> None:
     commtime._on_gpu.add(model)
-    model.logger = None  # type: ignore[assignment]  # a GPU read never asks DDP to log (a sync)
     model.step(10.0)
-    model.set_runtime_stats_and_log()  # what DDP logs at its next forward
+    model.log_as_ddp()
     assert commtime.comm_metrics(now=100.0)["comm_time"] == pytest.approx(0.010)
     model.step(30.0)
-    model.set_runtime_stats_and_log()
+    model.log_as_ddp()
     # within REFRESH_SECONDS: not read again
     assert commtime.comm_metrics(now=100.1)["comm_time"] == pytest.approx(0.010)
     later = 100.0 + commtime.REFRESH_SECONDS + 0.01
     assert commtime.comm_metrics(now=later)["comm_time"] == pytest.approx(0.020)  # halfway
+    assert model.asked == 0, "on a GPU report() never has DDP read its CUDA events (a sync)"
