@@ -284,6 +284,19 @@ def _fmt(value: float | None, pattern: str) -> str:
     return pattern.format(value)
 
 
+def verdict_line(summary: RunSummary) -> str:
+    """'verdict: rank 1 is starved: ...' (dist_notebook/verdict.py), or '' before one."""
+    return f"verdict: {summary.verdict}" if summary.verdict else ""
+
+
+def memory(nbytes: float) -> str:
+    """Bytes as "812 MB" or "1.4 GB" (powers of 1000)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
 def header_text(name: str, summary: RunSummary, took: float) -> str:
     """'name: succeeded in 7.2 s, step 184/184, 31,432 samples/s'."""
     parts = [f"{name}: {summary.state} in {took:.1f} s"]
@@ -334,7 +347,8 @@ def _row(s: RankSummary, state: str, columns: list[str], values: Values | None) 
         _fmt(s.step_time and s.step_time * 1000, "{:.1f}"),
         _fmt(s.comm_share and s.comm_share * 100, "{:.0f}%"),
         _fmt(None if s.others_wait is None else s.others_wait * 1000, "{:.1f}"),
-        "straggler" if s.straggler else "",
+        "-" if s.peak_mem is None else memory(s.peak_mem),
+        "straggler" if s.straggler else ("starved" if s.starved else ""),
     ]
     return f"<tr data-rank='{s.rank}'{mark}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
@@ -352,15 +366,20 @@ def final_html(
     # measure, protocol.mark_stragglers; negative: it waits for them).
     titles = [
         *("rank", "host", "state", "steps", *columns),
-        *("samples/s", "step ms", "comm", "others wait ms", ""),
+        *("samples/s", "step ms", "comm", "others wait ms", "peak mem", ""),
     ]
     head = "".join(f"<th>{html.escape(t)}</th>" for t in titles)
     rows = "".join(_row(s, states.get(s.rank, "-"), columns, values) for s in summary.ranks)
     if values is not None and not any(values.get(r.rank) for r in summary.ranks):
         rows += f"<tr><td colspan='{len(titles)}'>no values were reported</td></tr>"
     picture = base64.b64encode(png).decode()
+    said = (
+        f"<div class='dist-notebook-verdict'>{html.escape(verdict_line(summary))}</div>"
+        if summary.verdict
+        else ""
+    )
     return (
-        f"<div class='dist-notebook-run'><div><b>{html.escape(header)}</b></div>"
+        f"<div class='dist-notebook-run'><div><b>{html.escape(header)}</b></div>{said}"
         f"<img src='data:image/png;base64,{picture}' alt='{html.escape(header)}'"
         f" style='max-width:100%'/>"
         f"<table class='dist-notebook-ranks'><tr>{head}</tr>{rows}</table></div>"
@@ -377,6 +396,10 @@ def text_summary(
         lines.append(
             f"rank {s.rank}: {states.get(s.rank, '-')} steps {_fmt(s.steps_done, '{}')} "
             f"{shown} samples/s {_fmt(s.samples_per_s, '{:,.0f}')}"
+            + ("" if s.peak_mem is None else f" peak mem {memory(s.peak_mem)}")
             + (" straggler" if s.straggler else "")
+            + (" starved" if s.starved else "")
         )
+    if summary.verdict:
+        lines.append(verdict_line(summary))
     return "\n".join(lines)

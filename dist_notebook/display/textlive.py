@@ -46,7 +46,7 @@ def progress_lines(
     started: float,
     now: float | None = None,
 ) -> list[str]:
-    """The run's progress as text: a header line, then the main metric by rank."""
+    """The run's progress as text: a header line, the main metric by rank, the verdict."""
     now = time.time() if now is None else now
     elapsed = max(0.0, now - started)
     parts = [f"{name}: {summary.state}", f"{elapsed:.0f} s"]
@@ -76,6 +76,8 @@ def progress_lines(
             f"{metric} over {len(values)} ranks: min {_num(values[0])} · "
             f"median {_num(statistics.median(values))} · max {_num(values[-1])}"
         )
+    if summary.verdict:
+        lines.append(f"verdict: {summary.verdict}")
     return lines
 
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { barWidth, hostRows, rankRows } from '../src/chart/bars';
+import { barWidth, formatBytes, hostRows, rankRows } from '../src/chart/bars';
 import {
   ChartData,
   colorIndex,
@@ -216,6 +216,26 @@ describe('bars', () => {
       comm_share: 0.5,
       straggler
     }) as unknown as IRankSummary;
+
+  it('carries peak memory and starved ranks, in bytes as the end table', () => {
+    const starved = {
+      ...rank(1, 50),
+      starved: true,
+      peak_mem: 1.43e9
+    } as unknown as IRankSummary;
+    const rows = rankRows([rank(0, 100), starved]);
+    assert.deepEqual(
+      rows.map(r => [r.straggler, r.starved, r.peakMem]),
+      [
+        [false, false, null],
+        [false, true, 1.43e9]
+      ]
+    );
+    assert.equal(formatBytes(1.43e9), '1.43 GB');
+    assert.equal(formatBytes(812e6), '812 MB');
+    assert.equal(formatBytes(512), '512 B');
+    assert.equal(formatBytes(null), '');
+  });
 
   it("shows the summary's numbers, never recomputed", () => {
     const rows = rankRows([rank(0, 100), rank(1, 'nan', true)]);

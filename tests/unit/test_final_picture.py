@@ -82,7 +82,8 @@ def test_the_picture_is_transparent_so_it_reads_on_a_dark_theme() -> None:
 def test_the_text_progress_lists_ranks_up_to_per_rank_then_min_median_max() -> None:
     few = run(2, 25)
     summary = few.run_summary("r", "running", 100)
-    header, values = progress_lines("r", summary, few, started=100.0, now=110.0)
+    header, values, said = progress_lines("r", summary, few, started=100.0, now=110.0)
+    assert said == "verdict: healthy"
     assert "step 25/100" in header and "ETA 30 s" in header and "samples/s" in header
     assert re.fullmatch(r"loss: rank 0 0\.08 · rank 1 0\.18", values), values
     many = run(PER_RANK + 4, 5)

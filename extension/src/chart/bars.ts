@@ -46,6 +46,10 @@ export interface IBarRow {
   stepTime: number | null;
   commShare: number | null;
   straggler: boolean;
+  /** Starved of a CPU (the verdict's): the others wait for it, not its code's fault. */
+  starved?: boolean;
+  /** Peak memory of a step, bytes (GPU: allocated by torch; CPU: RSS high-water). */
+  peakMem?: number | null;
   /** How long the others wait for this rank (see nodes.slowField); null: unknown. */
   wait?: number | null;
 }
@@ -60,6 +64,8 @@ export function rankRows(ranks: readonly IRankSummary[]): IBarRow[] {
     stepTime: toNumber(r.step_time),
     commShare: toNumber(r.comm_share),
     straggler: r.straggler,
+    starved: r.starved ?? false,
+    peakMem: toNumber(r.peak_mem ?? null),
     wait: field === null ? null : finite((r as IRankTime)[field])
   }));
 }
@@ -74,6 +80,23 @@ export function hostRows(hosts: readonly IHostSummary[]): IBarRow[] {
     commShare: null,
     straggler: host.straggler
   }));
+}
+
+/** Bytes as "812 MB" or "1.4 GB" (powers of 1000, as the end table); '' when unknown. */
+export function formatBytes(value: number | null): string {
+  if (value === null || !Number.isFinite(value)) {
+    return '';
+  }
+  for (const [unit, size] of [
+    ['GB', 1e9],
+    ['MB', 1e6],
+    ['kB', 1e3]
+  ] as const) {
+    if (value >= size) {
+      return `${Number((value / size).toPrecision(3))} ${unit}`;
+    }
+  }
+  return `${Math.round(value)} B`;
 }
 
 /** The width of a bar, in percent of the widest. */
@@ -100,7 +123,8 @@ export class BarsView {
       h('span', 'dn-chart-bar-label', ''),
       h('span', 'dn-chart-bar-cell', 'samples/s'),
       h('span', 'dn-chart-bar-num', 'step ms'),
-      h('span', 'dn-chart-bar-num', 'comm')
+      h('span', 'dn-chart-bar-num', 'comm'),
+      h('span', 'dn-chart-bar-num', 'peak mem')
     );
     this.node.append(head, this._ranks, this._more, this._hostTitle, this._hosts);
     this._more.addEventListener('click', () => {
@@ -145,21 +169,27 @@ export class BarsView {
           h('span', 'dn-chart-bar-label'),
           cell,
           h('span', 'dn-chart-bar-num dn-chart-step-ms'),
-          h('span', 'dn-chart-bar-num dn-chart-comm')
+          h('span', 'dn-chart-bar-num dn-chart-comm'),
+          h('span', 'dn-chart-bar-num dn-chart-peak-mem')
         );
         return row;
       },
       (row, r) => {
         row.dataset.row = r.key;
         row.classList.toggle('dn-straggler', r.straggler);
-        const [label, cell, step, comm] = Array.from(row.children) as HTMLElement[];
-        setText(label, r.straggler ? `${r.label} · straggler` : r.label);
+        row.classList.toggle('dn-starved', r.starved ?? false);
+        const [label, cell, step, comm, peak] = Array.from(
+          row.children
+        ) as HTMLElement[];
+        const mark = r.straggler ? ' · straggler' : r.starved ? ' · starved' : '';
+        setText(label, `${r.label}${mark}`);
         const bar = cell.firstElementChild as HTMLElement;
         bar.className = `dn-chart-bar${r.color === null ? '' : ` dn-color-${r.color}`}`;
         bar.style.width = `${barWidth(r.samplesPerS, max).toFixed(1)}%`;
         setText(cell.lastElementChild as HTMLElement, formatNumber(r.samplesPerS));
         setText(step, r.stepTime === null ? '' : formatNumber(r.stepTime * 1000));
         setText(comm, r.commShare === null ? '' : `${Math.round(r.commShare * 100)}%`);
+        setText(peak, formatBytes(r.peakMem ?? null));
       }
     );
   }

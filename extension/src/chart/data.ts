@@ -31,7 +31,8 @@ export const SYSTEM_SERIES: { [key: string]: string } = {
   'system:comm_time': 'comm time (s)',
   'system:samples': 'samples',
   'system:gpu_util': 'GPU utilisation',
-  'system:gpu_mem': 'GPU memory (bytes)'
+  'system:gpu_mem': 'GPU memory (bytes)',
+  'system:peak_mem': 'peak memory (bytes)'
 };
 
 /** The value of a system series (a key of SYSTEM_SERIES) in *record*, or null. */
@@ -45,6 +46,8 @@ export function systemValue(record: IRecord, key: string): number | null {
       return toNumber(record.samples);
     case 'system:gpu_util':
       return toNumber(record.gpu?.util);
+    case 'system:peak_mem':
+      return toNumber(record.peak_mem ?? null);
     case 'system:gpu_mem':
       return toNumber(record.gpu?.mem);
     default:

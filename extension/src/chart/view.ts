@@ -114,6 +114,8 @@ export class ChartView {
   private readonly _tip = h('div', 'dn-chart-tip');
   private readonly _legend = h('div', 'dn-chart-legend');
   private readonly _empty = h('div', 'dn-chart-empty', 'No values yet');
+  /** The run's verdict line (dist_notebook/verdict.py): why its steps are slow. */
+  private readonly _verdict = h('div', 'dn-chart-verdict');
   private _scales: { x: (v: number) => number; xInv: (px: number) => number } | null =
     null;
   private _dragFrom: number | null = null;
@@ -152,7 +154,15 @@ export class ChartView {
     this._svg.append(this._grid, this._band, this._lines, this._rule, this._brush);
     this._tip.hidden = true;
     this._plot.append(this._svg, this._tip, this._empty);
-    this.node.append(bar, this._plot, this._legend, this._heat.node, this._bars.node);
+    this._verdict.hidden = true;
+    this.node.append(
+      this._verdict,
+      bar,
+      this._plot,
+      this._legend,
+      this._heat.node,
+      this._bars.node
+    );
     this._heat.onPick = rank => this.pick(rank);
     this._heat.onChange = () => {
       this._drawn.key = '';
@@ -217,6 +227,9 @@ export class ChartView {
       (this._summary?.ranks ?? []).filter(r => r.straggler).map(r => r.rank)
     );
     this._bars.update(this._summary);
+    const verdict = this._summary?.verdict ?? null;
+    this._verdict.hidden = !verdict;
+    setText(this._verdict, verdict ? `verdict: ${verdict}` : '');
     this._syncMetrics();
     const width = Math.max(160, Math.round(this._plot.clientWidth || 480));
     const key = [
