@@ -23,12 +23,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
+from typing import Any
 
 import ipyparallel as ipp
 import psutil
 
-from .. import envvars
 from ..engine import shm
 from ..protocol import ClusterState, EngineState
 from ..store import StoreError, StoreWriter, store_path
@@ -42,7 +41,7 @@ from .health import Health
 from .ippengines import Engines
 from .loop import sync_twin
 from .owner import ClusterOwner
-from .profiles import own_profile_dir
+from .profiles import stacks_dir
 from .spec import ClusterConfigError, ClusterSpec
 
 log = logging.getLogger("dist_notebook")
@@ -201,18 +200,9 @@ class DistCluster:
         return self.ready_after(t0)
 
     def _make_stack_dir(self) -> None:
-        if not self.spec.engines.on_this_machine:
-            # Only local ranks are asked for their stacks (a signal to their pids). A
-            # folder here would be one that other hosts lack, and that nobody removes
-            # when the kernel is killed: remote engines do not watch the kernel.
-            self.stack_dir = ""
-            return
-        if not self.stack_dir or not os.path.isdir(self.stack_dir):
-            # In the cluster's own (owner-only) profile folder: whoever removes that
-            # folder (a stop, or the controller when the kernel died) removes this too.
-            stacks = Path(own_profile_dir(self.id)) / "stacks"
-            stacks.mkdir(exist_ok=True, mode=0o700)
-            self.stack_dir = str(stacks)
+        # Kept over a restart; only local ranks are asked for their stacks.
+        if not (self.stack_dir and os.path.isdir(self.stack_dir)):
+            self.stack_dir = stacks_dir(self.id) if self.spec.engines.on_this_machine else ""
 
     def _remove_stack_dir(self) -> None:
         if self.stack_dir:
@@ -311,6 +301,22 @@ class DistCluster:
     def __exit__(self, *exc: object) -> None:
         self.stop_sync()
 
+    # --- what differs from a detached cluster (cluster/kind.py) ---------------------
+    detached = False
+    keeper_pid: int | None = None  # (a detached cluster's keeper process)
+    idle_timeout: float | None = None  # (a detached cluster stops after so long unused)
+
+    def refresh(self) -> Any:
+        """Nothing: this kernel keeps the facts itself."""
+
+    def keeper_run(self, spec: object) -> Any:
+        return None  # this kernel runs it
+
+    def detach(self) -> None:
+        raise ClusterError(
+            "this kernel holds no detached cluster (start one with %dist_cluster start --detach)"
+        )
+
     # --- health (cluster/health.py) --------------------------------------------
     def dead_ranks(self) -> dict[int, str]:
         """Ranks whose engine died or is unresponsive: {rank: how}."""
@@ -330,26 +336,8 @@ class DistCluster:
 
     # --- steps of start --------------------------------------------------------
     def engine_env(self, rank_offset: int = 0) -> dict[str, str]:
-        spec = self.spec
-        threads = str(spec.resolved_threads)
-        env = {
-            envvars.WORLD_SIZE: str(spec.n),
-            "WORLD_SIZE": str(spec.n),
-            "LOCAL_WORLD_SIZE": str(spec.engines.ranks_per_host(spec)),
-            "MASTER_ADDR": spec.ip,
-            "OMP_NUM_THREADS": threads,
-            "MKL_NUM_THREADS": threads,
-            envvars.RANK_OFFSET: str(rank_offset),
-            "PYTHONUNBUFFERED": "1",
-            envvars.STACK_DIR: self.stack_dir,
-        }
-        if spec.gpus:
-            env[envvars.DEVICES] = ",".join(str(g) for g in spec.gpus)
-        else:
-            env[envvars.CPU] = "1"
-        env = spec.engines.engine_env(spec, env)
-        env.update(spec.extra_engine_env)
-        return env
+        """The environment of engines started for ranks from *rank_offset*."""
+        return wiring.rank_env(self.spec, self.stack_dir, rank_offset)
 
     async def _replace(self, dead: dict[int, str], old: set[int]) -> None:
         """Start one engine per dead rank, with that rank, beside the survivors."""

@@ -76,14 +76,6 @@ def interface_address(name: str) -> str:
     raise HostsError(f"--interface {name} has no IPv4 address; choose one of: {have}")
 
 
-def validate(spec: Any) -> None:
-    """Check the remote options of a ClusterSpec (called from its ``__post_init__``):
-    each launcher's strategy refuses what it does not take (``cluster/engines``)."""
-    from .engines import strategy_for
-
-    strategy_for(spec.launcher).validate(spec)
-
-
 def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
     """The engine environment for engines on other hosts.
 
@@ -138,45 +130,6 @@ def listen_ip(ip: str | None, interface: str | None) -> str:
     ip = ip or "127.0.0.1"
     check_ip(ip)
     return ip
-
-
-def remote_spec(args: Any) -> Any:
-    """A ClusterSpec for ``--launcher ssh|mpi|slurm`` from the magic's parsed flags."""
-    from .spec import ClusterSpec
-
-    if args.gpus is not None:
-        raise HostsError("--gpus names GPUs of this machine; on other hosts use --gpus-per-node G")
-    hosts = parse_hosts(args.hosts) if args.hosts else ()
-    ip = listen_ip(args.ip, args.interface)
-    # (a remote spec: hosts or nodes with --launcher local are refused before this)
-    if ip.startswith("127."):
-        raise HostsError(
-            f"--launcher {args.launcher}: the controller would listen on {ip}, which other "
-            "hosts cannot reach; add --interface NAME (or --ip ADDR) for the network the "
-            "hosts share"
-        )
-    gpn = args.gpus_per_node or 0
-    if hosts:
-        n = sum(c for _, c in hosts)
-        if args.n and args.n != n:
-            n = args.n  # ClusterSpec says what is wrong
-    else:
-        n = args.n or (args.nodes or 1) * max(1, gpn)
-    return ClusterSpec(
-        n=n,
-        backend=args.backend,
-        timeout=args.timeout,
-        threads=args.threads,
-        ip=ip,
-        launcher=args.launcher,
-        auto_restart=args.auto_restart,
-        hosts=hosts,
-        nodes=args.nodes,
-        gpus_per_node=gpn,
-        partition=args.partition or "",
-        time_limit=args.time or "",
-        account=args.account or "",
-    )
 
 
 def network_of(ip: str) -> str | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
 from ..store import StoreError
 from ..store.control import ControlQueue
+from . import registry
 from .errors import ClusterError
 
 if TYPE_CHECKING:
@@ -67,8 +68,6 @@ class ClusterOwner:
     def stop(self, reason: str = "%dist_cluster stop") -> str:
         """Cancel the run in progress, let it end, then stop the cluster (idempotent);
         a spare of the same spec is started for the next start if the pool keeps one."""
-        from . import pool
-
         self._stopping.set()
         try:
             self._after_change()
@@ -83,7 +82,7 @@ class ClusterOwner:
             self.cluster.stop_sync()
         finally:
             self._stopping.clear()
-        pool.stopped(self.cluster.spec)
+        registry.stopped(self.cluster.spec)  # the warm pool starts a spare (pool.py)
         return "stopped"
 
     def _after_change(self) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import envvars
 from ..protocol import ClusterState
+from . import registry
 from .cluster import DistCluster, Progress
 from .loop import background_loop
 from .spec import ClusterSpec
@@ -124,6 +125,9 @@ def stopped(spec: ClusterSpec) -> None:
         kept = spec in _kept
     if kept:
         prestart(spec)
+
+
+registry.on_stopped(stopped)  # an owner's stop (cluster/owner.py) reaches the pool
 
 
 def spares() -> list[DistCluster]:

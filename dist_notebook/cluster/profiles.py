@@ -47,3 +47,14 @@ def own_profile_dir(cluster_id: str) -> str:
         f"cannot create a profile directory for the cluster in {store_path().parent} or "
         f"{fallback}: set {envvars.STORE} to a file in a directory you can write"
     )
+
+
+def stacks_dir(cluster_id: str) -> str:
+    """Where the ranks of a cluster on this machine dump their stacks on SIGUSR1
+    (cluster/onranks/stacks.py): in the cluster's own (owner-only) profile folder, so
+    whoever removes that folder (a stop, or the controller when the kernel died)
+    removes this too. Remote ranks get none: a folder here would be one that other
+    hosts lack, and that nobody removes when the kernel is killed."""
+    stacks = Path(own_profile_dir(cluster_id)) / "stacks"
+    stacks.mkdir(exist_ok=True, mode=0o700)
+    return str(stacks)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .engines import LAUNCHERS, EnginesStrategy, strategy_for
-from .hosts import HostsError
-from .hosts import validate as validate_remote
+from .hosts import HostsError, listen_ip, parse_hosts
 from .placement import threads_per_rank
 
 BACKENDS = ("auto", "nccl", "gloo")
@@ -84,7 +84,7 @@ class ClusterSpec:
                 f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})"
             )
         try:
-            validate_remote(self)
+            strategy_for(self.launcher).validate(self)
         except HostsError as e:
             raise ClusterConfigError(str(e)) from None
 
@@ -107,3 +107,40 @@ class ClusterSpec:
 
 def _ids(ids: object) -> str:
     return ",".join(str(i) for i in ids)  # type: ignore[attr-defined]
+
+
+def remote_spec(args: Any) -> ClusterSpec:
+    """A ClusterSpec for ``--launcher ssh|mpi|slurm`` from the magic's parsed flags."""
+    if args.gpus is not None:
+        raise HostsError("--gpus names GPUs of this machine; on other hosts use --gpus-per-node G")
+    hosts = parse_hosts(args.hosts) if args.hosts else ()
+    ip = listen_ip(args.ip, args.interface)
+    # (a remote spec: hosts or nodes with --launcher local are refused before this)
+    if ip.startswith("127."):
+        raise HostsError(
+            f"--launcher {args.launcher}: the controller would listen on {ip}, which other "
+            "hosts cannot reach; add --interface NAME (or --ip ADDR) for the network the "
+            "hosts share"
+        )
+    gpn = args.gpus_per_node or 0
+    if hosts:
+        n = sum(c for _, c in hosts)
+        if args.n and args.n != n:
+            n = args.n  # ClusterSpec says what is wrong
+    else:
+        n = args.n or (args.nodes or 1) * max(1, gpn)
+    return ClusterSpec(
+        n=n,
+        backend=args.backend,
+        timeout=args.timeout,
+        threads=args.threads,
+        ip=ip,
+        launcher=args.launcher,
+        auto_restart=args.auto_restart,
+        hosts=hosts,
+        nodes=args.nodes,
+        gpus_per_node=gpn,
+        partition=args.partition or "",
+        time_limit=args.time or "",
+        account=args.account or "",
+    )

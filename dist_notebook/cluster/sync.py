@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from .launchers import ssh_config_args
 
 if TYPE_CHECKING:
-    from .cluster import DistCluster
+    from .kind import Cluster
 
 SYNC_TIMEOUT_S = 300.0  # one host's copy; a host that takes longer is named as failed
 # Not copied: what a working directory holds that the ranks never import.
@@ -43,7 +43,7 @@ class Synced:
     tool: str
 
 
-def remote_hosts(cluster: DistCluster) -> list[str]:
+def remote_hosts(cluster: Cluster) -> list[str]:
     """The hosts the cluster's ranks run on, as its launcher reaches them (ssh/mpi)."""
     spec = cluster.spec
     return spec.engines.sync_hosts(spec)
@@ -101,7 +101,7 @@ def _copy_one(host: str, folder: Path) -> str:
     return tool
 
 
-def sync(cluster: DistCluster, folder: str | None = None) -> Synced:
+def sync(cluster: Cluster, folder: str | None = None) -> Synced:
     """Copy *folder* (default: this process's working directory) to every remote host."""
     path = Path(folder or os.getcwd()).expanduser().resolve()
     if not path.is_dir():

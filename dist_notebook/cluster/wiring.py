@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import ipyparallel as ipp
 
+from .. import envvars
 from ..engine import group
 from .errors import ClusterError
 from .facts import RankInfo
@@ -19,6 +20,31 @@ from .placement import PlacementError, local_ranks, ranks_across_hosts
 
 if TYPE_CHECKING:
     from .spec import ClusterSpec
+
+
+def rank_env(spec: ClusterSpec, stack_dir: str, rank_offset: int = 0) -> dict[str, str]:
+    """The environment engines of ranks from *rank_offset* start with: the world's
+    size and rank 0's address, threads, devices, then the launcher's own and the
+    user's additions (``ClusterSpec.extra_engine_env``)."""
+    threads = str(spec.resolved_threads)
+    env = {
+        envvars.WORLD_SIZE: str(spec.n),
+        "WORLD_SIZE": str(spec.n),
+        "LOCAL_WORLD_SIZE": str(spec.engines.ranks_per_host(spec)),
+        "MASTER_ADDR": spec.ip,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        envvars.RANK_OFFSET: str(rank_offset),
+        "PYTHONUNBUFFERED": "1",
+        envvars.STACK_DIR: stack_dir,
+    }
+    if spec.gpus:
+        env[envvars.DEVICES] = ",".join(str(g) for g in spec.gpus)
+    else:
+        env[envvars.CPU] = "1"
+    env = spec.engines.engine_env(spec, env)
+    env.update(spec.extra_engine_env)
+    return env
 
 
 async def place(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import DistCluster
+    from ..cluster.kind import Cluster
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Engines:
     devices: tuple[str, ...]
 
     @classmethod
-    def of(cls, cluster: DistCluster) -> Engines:
+    def of(cls, cluster: Cluster) -> Engines:
         ranks = sorted(getattr(cluster, "ranks", None) or [], key=lambda r: r.rank)
         return cls(
             cluster_id=str(getattr(cluster, "id", "")),
@@ -89,7 +89,7 @@ class History:
         count = getattr(self.shell, "execution_count", None)
         return count if isinstance(count, int) else None
 
-    def _add(self, kind: str, key: str, code: str, cluster: DistCluster, **extra: Any) -> Entry:
+    def _add(self, kind: str, key: str, code: str, cluster: Cluster, **extra: Any) -> Entry:
         entry = Entry(
             kind=kind,
             key=key,
@@ -105,7 +105,7 @@ class History:
     def _cell_key(self, kind: str, code: str) -> str:
         return f"{kind}:id:{self._cell_id}" if self._cell_id else f"{kind}:text:{code}"
 
-    def ran_dist(self, cluster: DistCluster, code: str, ranks: list[int] | None) -> None:
+    def ran_dist(self, cluster: Cluster, code: str, ranks: list[int] | None) -> None:
         """A ``%%dist`` cell succeeded on *ranks* (None: every rank)."""
         self._add(
             "dist",
@@ -115,13 +115,13 @@ class History:
             ranks=None if ranks is None else tuple(ranks),
         )
 
-    def pushed(self, cluster: DistCluster, values: dict[str, Any]) -> None:
+    def pushed(self, cluster: Cluster, values: dict[str, Any]) -> None:
         """``%dist_push`` bound *values* on every rank (kept by reference: the value the
         kernel holds now, which is what the ranks got unless it was changed in place)."""
         for name, value in values.items():
             self._add("push", f"push:{name}", name, cluster, values={name: value})
 
-    def ran_train(self, cluster: DistCluster, spec: Any, run: Any) -> None:
+    def ran_train(self, cluster: Cluster, spec: Any, run: Any) -> None:
         """A ``%%dist_train`` run of *spec* (a RunSpec) was submitted (its state is read
         at export)."""
         code, ranks = spec.code, spec.ranks

@@ -8,11 +8,13 @@ from IPython.core.error import UsageError
 
 from ..cluster import ClusterConfigError
 from ..cluster.engines import strategy_for
-from ..cluster.hosts import HostsError, listen_ip, remote_spec
+from ..cluster.hosts import HostsError, listen_ip
+from ..cluster.spec import remote_spec
 from .args import MagicParser, positive_int
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import DistCluster, Progress
+    from ..cluster.cluster import Progress
+    from ..cluster.kind import Cluster
 
 
 def add_remote_flags(p: MagicParser) -> None:
@@ -54,8 +56,8 @@ def remote_cluster_spec(args: Any) -> Any:
 
 
 def scale_action(
-    cluster: DistCluster | None, count: int | None, progress: Progress, hosts: str | None = None
-) -> DistCluster:
+    cluster: Cluster | None, count: int | None, progress: Progress, hosts: str | None = None
+) -> Cluster:
     """``%dist_cluster scale N [--hosts H:n,...]``: the cluster with N ranks, or a
     UsageError naming the fix."""
     from ..cluster.scale import ScaleError

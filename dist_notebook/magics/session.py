@@ -6,7 +6,8 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..cluster import ClusterState, DistCluster
+from ..cluster import ClusterState
+from ..cluster.kind import Cluster
 
 
 class Session:
@@ -16,23 +17,23 @@ class Session:
     _by_shell: dict[int, Session] = {}
 
     def __init__(self) -> None:
-        self.cluster: DistCluster | None = None
+        self.cluster: Cluster | None = None
         # The training run this kernel started last (blocking or --background).
         self.run: Any = None
 
-    def active_run(self, cluster: DistCluster) -> Any:
+    def active_run(self, cluster: Cluster) -> Any:
         return cluster.owner.active_run()
 
-    def interrupt(self, cluster: DistCluster) -> str:
+    def interrupt(self, cluster: Cluster) -> str:
         return cluster.owner.interrupt()
 
-    def stop(self, cluster: DistCluster, reason: str = "%dist_cluster stop") -> str:
+    def stop(self, cluster: Cluster, reason: str = "%dist_cluster stop") -> str:
         return cluster.owner.stop(reason)
 
-    def stopping(self, cluster: DistCluster) -> bool:
+    def stopping(self, cluster: Cluster) -> bool:
         return cluster.owner.stopping()
 
-    def wait_for_stop(self, cluster: DistCluster, timeout: float) -> None:
+    def wait_for_stop(self, cluster: Cluster, timeout: float) -> None:
         cluster.owner.wait_for_stop(timeout)
 
     @classmethod
@@ -52,7 +53,7 @@ class Session:
             print(f"auto-restart: replacing rank(s) {', '.join(map(str, sorted(dead)))}")
             cluster.restart_sync()
 
-    def ready_cluster(self) -> DistCluster:
+    def ready_cluster(self) -> Cluster:
         cluster = self.cluster
         if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
             raise UsageError("no cluster is running: start one with %dist_cluster start")

@@ -18,7 +18,7 @@ from ..cluster.onranks.execute import RankError
 from ..cluster.onranks.transfer import pull
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import DistCluster
+    from ..cluster.kind import Cluster
 
 log = logging.getLogger("dist_notebook")
 
@@ -42,7 +42,7 @@ def stop_iteration_hint(error: RankError | None) -> None:
         error.add_hint(f"; {EXHAUSTED}" if error.evalue else EXHAUSTED)
 
 
-def ended_by_stop(cluster: DistCluster, ranks: list[int], interrupt: RankError | None) -> str:
+def ended_by_stop(cluster: Cluster, ranks: list[int], interrupt: RankError | None) -> str:
     """After a Stop: a line naming the generators that the interrupt went through and that
     are now finished on the ranks, with the fix; "" when there are none (or it cannot tell)."""
     if interrupt is None:

@@ -156,21 +156,7 @@ def test_type_checking_imports_are_left_out() -> None:
     assert [type(s) for s, _ in _imports(tree)] == [ast.ImportFrom]
 
 
-# Circles still being broken (issue 37): each may only shrink; none may be added.
-KNOWN: list[set[str]] = [
-    {
-        f"dist_notebook.cluster.{m}"
-        for m in (
-            "cluster engines engines.base engines.local engines.mpi engines.remote "
-            "engines.slurm engines.ssh health hosts launchers limits owner placement pool "
-            "rayengines.strategy scale spec sync"
-        ).split()
-    },
-    {"dist_notebook.cluster.onranks.execute", "dist_notebook.cluster.onranks.mismatch"},
-]
-
-
 def test_no_import_circle_among_the_package_modules() -> None:
     edges, only_local = graph()
-    found = [c for c in cycles(edges) if not any(set(c) <= known for known in KNOWN)]
+    found = cycles(edges)
     assert not found, "import circles:\n" + "\n".join(describe(c, edges, only_local) for c in found)

@@ -1,8 +1,6 @@
-"""Modules that moved keep their old paths: each old path gives the same objects.
+"""Entry points that moved keep their old paths: each old path gives the same objects.
 
-The code that runs things on ranks moved from ``dist_notebook/cluster/`` into
-``dist_notebook/cluster/onranks/``; notebooks, scripts and modules not yet repointed
-import it by the old paths. The processes' entry points moved into
+The processes' entry points moved into
 ``dist_notebook/boot/``; command lines written before (a Slurm batch file, a user's
 launcher config, a cluster file) run them by the old paths.
 """
@@ -18,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-ONRANKS = ["execute", "recovery", "mismatch", "transfer", "scripts", "stacks", "tracebacks"]
 # old path -> new path of each process's entry point
 ENTRY_POINTS = {
     "dist_notebook.engine.boot": "dist_notebook.boot.engine",
@@ -40,25 +37,6 @@ def _public_definitions(module: object) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return {name for name in names if not name.startswith("_")}
-
-
-@pytest.mark.parametrize("name", ONRANKS)
-def test_an_old_path_gives_the_moved_modules_objects(name: str) -> None:
-    old = importlib.import_module(f"dist_notebook.cluster.{name}")
-    new = importlib.import_module(f"dist_notebook.cluster.onranks.{name}")
-    assert old is not new
-    exported = set(old.__all__)
-    missing = _public_definitions(new) - exported
-    assert not missing, f"dist_notebook.cluster.{name} does not re-export {sorted(missing)}"
-    for attribute in exported:
-        assert getattr(old, attribute) is getattr(new, attribute), attribute
-
-
-@pytest.mark.parametrize("name", ONRANKS)
-def test_an_old_path_holds_no_code_of_its_own(name: str) -> None:
-    """A shim only re-exports: a function defined there would be a second copy."""
-    old = importlib.import_module(f"dist_notebook.cluster.{name}")
-    assert _public_definitions(old) == set()
 
 
 @pytest.mark.parametrize("old_path", sorted(ENTRY_POINTS))

@@ -35,18 +35,6 @@ def test_a_public_name_is_the_defining_modules_object(name: str) -> None:
     assert getattr(dist_notebook, name) is getattr(defining, name)
 
 
-@pytest.mark.parametrize(
-    ("name", "old_path"),
-    [
-        ("RankError", "dist_notebook.cluster.execute"),
-        ("CollectiveMismatch", "dist_notebook.cluster.mismatch"),
-    ],
-)
-def test_the_old_path_and_the_public_name_catch_the_same_error(name: str, old_path: str) -> None:
-    """An ``except`` written against the old path catches what the public name raises."""
-    assert getattr(importlib.import_module(old_path), name) is getattr(dist_notebook, name)
-
-
 def test_collective_mismatch_is_caught_as_a_rank_error() -> None:
     assert issubclass(dist_notebook.CollectiveMismatch, dist_notebook.RankError)
 

@@ -16,8 +16,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..hosts import HostsError, remote_engine_env
+
 if TYPE_CHECKING:
-    from ..scale import GrowError, Scalable
+    from ..errors import GrowError
+    from ..scale import Scalable
+    from ..spec import ClusterSpec
 
 # (ranks to start, their environment, traits of their engine set) of one engine set.
 Start = tuple[int, dict[str, str], dict[str, Any]]
@@ -78,10 +82,8 @@ class EnginesStrategy(ABC):
     takes_hosts: ClassVar[bool] = False
 
     # --- spec ----------------------------------------------------------------------
-    def validate(self, spec: Any) -> None:
+    def validate(self, spec: ClusterSpec) -> None:
         """Refuse options this launcher does not take (HostsError, naming the fix)."""
-        from ..hosts import HostsError
-
         if spec.hosts and not self.takes_hosts:
             raise HostsError(
                 f"--hosts is for --launcher ssh or mpi, not {self.name}; "
@@ -92,43 +94,41 @@ class EnginesStrategy(ABC):
         if given:
             raise HostsError(f"{given[0]} is a Slurm option: add --launcher slurm")
 
-    def check_own(self, spec: Any) -> None:
+    def check_own(self, spec: ClusterSpec) -> None:
         """This launcher's own checks of *spec* (HostsError); none by default."""
         return None
 
-    def ranks_per_host(self, spec: Any) -> int:
+    def ranks_per_host(self, spec: ClusterSpec) -> int:
         """Ranks the kernel counts on each host (threads, LOCAL_WORLD_SIZE); remote
         hosts count their own at boot (``engine.rankenv``)."""
         return 1
 
-    def threads(self, spec: Any) -> int | None:
+    def threads(self, spec: ClusterSpec) -> int | None:
         """Each rank's thread count after a scale (None: each host decides)."""
         return spec.threads  # type: ignore[no-any-return]
 
     # --- start ---------------------------------------------------------------------
     @abstractmethod
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         """ipyparallel's engine-set launcher class, and its configuration."""
 
     @staticmethod
     def configured(
-        launcher: type, spec: Any, traits: dict[str, Any]
+        launcher: type, spec: ClusterSpec, traits: dict[str, Any]
     ) -> tuple[type, dict[str, dict[str, Any]]]:
         """*launcher* with *traits*, the user's ``--launcher-config`` over them."""
         return launcher, {launcher.__name__: {**traits, **spec.launcher_config}}
 
-    def engine_env(self, spec: Any, env: dict[str, str]) -> dict[str, str]:
+    def engine_env(self, spec: ClusterSpec, env: dict[str, str]) -> dict[str, str]:
         """The engines' environment, from the one a local engine gets (*env*)."""
-        from ..hosts import remote_engine_env
-
         return remote_engine_env(spec, env)
 
-    def engine_args(self, spec: Any) -> list[str]:
+    def engine_args(self, spec: ClusterSpec) -> list[str]:
         """Engine options of this launcher only (``launchers.engine_args`` adds these)."""
         return []
 
     # --- scale ---------------------------------------------------------------------
-    def scale_refusal(self, spec: Any, old: int, n: int, hosts: str | None) -> str | None:
+    def scale_refusal(self, spec: ClusterSpec, old: int, n: int, hosts: str | None) -> str | None:
         """Why scaling from *old* to *n* ranks cannot be done, or None."""
         if hosts and not self.takes_hosts:
             return (
@@ -148,11 +148,11 @@ class EnginesStrategy(ABC):
         spec and rank table follow (the ranks are placed again afterwards)."""
 
     # --- what the kernel can reach -------------------------------------------------
-    def sync_hosts(self, spec: Any) -> list[str]:
+    def sync_hosts(self, spec: ClusterSpec) -> list[str]:
         """The hosts ``%dist_sync`` copies a folder to (SyncError where it cannot)."""
         return [host for host, count in spec.hosts if count > 0]
 
-    def batch_defaults(self, spec: Any) -> BatchDefaults:
+    def batch_defaults(self, spec: ClusterSpec) -> BatchDefaults:
         """What ``%dist_export --batch`` takes from this cluster (its GPUs: the ranks'
         devices of this machine's or the hosts' cluster)."""
         return BatchDefaults(gpus_per_node=len(spec.gpus or ()))

@@ -15,43 +15,43 @@ import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import envvars
+from ..hosts import HostsError
 from .base import EnginesStrategy, Resized, ScalePlan
 
 if TYPE_CHECKING:
     from ..scale import Scalable
+    from ..spec import ClusterSpec
 
 
 class LocalEngines(EnginesStrategy):
     name: ClassVar[str] = "local"
     on_this_machine: ClassVar[bool] = True
 
-    def check_own(self, spec: Any) -> None:
-        from ..hosts import HostsError
-
+    def check_own(self, spec: ClusterSpec) -> None:
         if spec.gpus_per_node:
             raise HostsError("--gpus-per-node is for remote launchers; on this machine use --gpus")
 
-    def ranks_per_host(self, spec: Any) -> int:
+    def ranks_per_host(self, spec: ClusterSpec) -> int:
         return int(spec.n)
 
-    def threads(self, spec: Any) -> int | None:
+    def threads(self, spec: ClusterSpec) -> int | None:
         return int(spec.resolved_threads)
 
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         from ..launchers import RankEngineSetLauncher
 
         return RankEngineSetLauncher, {}
 
-    def engine_env(self, spec: Any, env: dict[str, str]) -> dict[str, str]:
+    def engine_env(self, spec: ClusterSpec, env: dict[str, str]) -> dict[str, str]:
         # The kernel is the engines' parent: they end with it (engine/parent.py).
         return {**env, envvars.PARENT_PID: str(os.getpid())}
 
-    def engine_args(self, spec: Any) -> list[str]:
+    def engine_args(self, spec: ClusterSpec) -> list[str]:
         # No nanny process per engine: the engine answers signals itself
         # (boot/engine.py) and the kernel sees a local engine's exit directly.
         return ["--IPEngine.enable_nanny=False"]
 
-    def sync_hosts(self, spec: Any) -> list[str]:
+    def sync_hosts(self, spec: ClusterSpec) -> list[str]:
         return []
 
     def stacks_refusal(self) -> str | None:
@@ -83,6 +83,6 @@ class LocalEngines(EnginesStrategy):
         return Resized([r.engine_id for r in cluster.ranks])
 
 
-def _resized(spec: Any, n: int) -> Any:
+def _resized(spec: ClusterSpec, n: int) -> ClusterSpec:
     """*spec* with *n* ranks (and its first *n* GPUs)."""
     return dataclasses.replace(spec, n=n, gpus=spec.gpus[:n] if spec.gpus else ())

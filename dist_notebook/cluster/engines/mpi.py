@@ -11,17 +11,20 @@ hosts.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import envvars
 from .base import Start
 from .remote import HostListEngines
 
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+
 
 class MPIEngines(HostListEngines):
     name: ClassVar[str] = "mpi"
 
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         from ..launchers import RankMPIEngineSetLauncher, mpi_args
 
         traits: dict[str, Any] = {"mpi_args": mpi_args(spec)}
@@ -29,7 +32,7 @@ class MPIEngines(HostListEngines):
 
     def scale_starts(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         added: int,
         target: dict[str, int],
         have: dict[str, int],

@@ -21,6 +21,8 @@ import time
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..errors import GrowError, ScaleError
+from ..hosts import HostsError, format_hosts, parse_hosts
 from ..placement import (
     PlacementError,
     asked_layout,
@@ -34,7 +36,8 @@ from .base import EnginesStrategy, Resized, ScalePlan, Start
 
 if TYPE_CHECKING:
     from ..cluster import RankInfo
-    from ..scale import GrowError, Scalable
+    from ..scale import Scalable
+    from ..spec import ClusterSpec
 
 LEAVE_TIMEOUT = 30.0  # seconds for removed engines to leave the controller
 
@@ -76,14 +79,12 @@ class RemoteEngines(EnginesStrategy):
 
     def grow_where(self, grow: dict[str, int]) -> str:
         """Where the added ranks start, for messages (*grow*: ranks added per host)."""
-        from ..hosts import format_hosts
-
         return f"on {format_hosts(tuple(grow.items()))}"
 
     @abstractmethod
     def scale_starts(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         added: int,
         target: dict[str, int],
         have: dict[str, int],
@@ -99,8 +100,6 @@ class RemoteEngines(EnginesStrategy):
 
     # --- the change ----------------------------------------------------------------
     async def resize(self, cluster: Scalable, plan: ScalePlan) -> Resized:
-        from ..scale import GrowError
-
         previous = list(dict.fromkeys(r.host for r in cluster.ranks))
         try:
             ids, kept = await self._remove_then_add(cluster, plan)
@@ -157,8 +156,6 @@ class RemoteEngines(EnginesStrategy):
     def _grow_failed(
         self, n: int, added: int, grow: dict[str, int], kept: list[int], e: Exception
     ) -> GrowError:
-        from ..scale import GrowError
-
         return GrowError(
             f"scale {n}: starting {added} engine{'s' if added > 1 else ''} "
             f"{self.grow_where(grow)} failed ({str(e)[:300]}); the cluster goes on with the "
@@ -175,8 +172,6 @@ class RemoteEngines(EnginesStrategy):
 
     def host_of(self, cluster: Scalable, origin: dict[str, Any]) -> str:
         """The host (as ``--hosts`` names it) an engine runs on, from its origin."""
-        from ..scale import ScaleError
-
         engine_set = dict(cluster.engines.engine_sets()).get(origin["set"])
         host = origin["host"] or self.host_by_launch(engine_set, origin)
         if not host:
@@ -267,9 +262,7 @@ class HostListEngines(RemoteEngines):
 
     takes_hosts: ClassVar[bool] = True
 
-    def check_own(self, spec: Any) -> None:
-        from ..hosts import HostsError, format_hosts
-
+    def check_own(self, spec: ClusterSpec) -> None:
         if not spec.hosts:
             raise HostsError(
                 f"--launcher {self.name} needs --hosts, e.g. --hosts node1:2,node2:2 "
@@ -298,9 +291,6 @@ class HostListEngines(RemoteEngines):
     def target_layout(
         self, cluster: Scalable, origins: dict[int, dict[str, Any]], n: int, hosts: str | None
     ) -> dict[str, int]:
-        from ..hosts import HostsError, parse_hosts
-        from ..scale import ScaleError
-
         current = self.current_layout(cluster, origins)
         cap = cluster.spec.gpus_per_node
         if hosts:

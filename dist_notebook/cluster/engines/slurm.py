@@ -13,10 +13,14 @@ nodes may take no ssh).
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..hosts import HostsError
 from .base import BatchDefaults, Start
 from .remote import RemoteEngines
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # MINUTES, H:MM:SS, D-HH:MM ...
 
@@ -24,9 +28,7 @@ _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")  # MINUTES, H:MM:SS, D-HH:MM 
 class SlurmEngines(RemoteEngines):
     name: ClassVar[str] = "slurm"
 
-    def validate(self, spec: Any) -> None:
-        from ..hosts import HostsError
-
+    def validate(self, spec: ClusterSpec) -> None:
         if spec.hosts:
             raise HostsError(
                 f"--hosts is for --launcher ssh or mpi, not {self.name}; "
@@ -49,7 +51,7 @@ class SlurmEngines(RemoteEngines):
                 f"--time {spec.time_limit!r} is not a Slurm time; write MINUTES, H:MM:SS or D-HH:MM"
             )
 
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         from ..launchers import RankSlurmEngineSetLauncher, slurm_namespace
 
         traits: dict[str, Any] = {
@@ -64,7 +66,7 @@ class SlurmEngines(RemoteEngines):
                 traits[trait] = value
         return self.configured(RankSlurmEngineSetLauncher, spec, traits)
 
-    def scale_refusal(self, spec: Any, old: int, n: int, hosts: str | None) -> str | None:
+    def scale_refusal(self, spec: ClusterSpec, old: int, n: int, hosts: str | None) -> str | None:
         refusal = super().scale_refusal(spec, old, n, hosts)
         gpn = spec.gpus_per_node
         if refusal is None and gpn and n > old and (n - old) % gpn:
@@ -76,7 +78,7 @@ class SlurmEngines(RemoteEngines):
 
     def scale_starts(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         added: int,
         target: dict[str, int],
         have: dict[str, int],
@@ -92,7 +94,7 @@ class SlurmEngines(RemoteEngines):
     def grow_where(self, grow: dict[str, int]) -> str:
         return "in a new Slurm job"
 
-    def batch_defaults(self, spec: Any) -> BatchDefaults:
+    def batch_defaults(self, spec: ClusterSpec) -> BatchDefaults:
         """A Slurm cluster's job as the batch job's: its nodes, GPUs and settings."""
         return BatchDefaults(
             nodes=spec.nodes,
@@ -102,7 +104,7 @@ class SlurmEngines(RemoteEngines):
             account=spec.account,
         )
 
-    def sync_hosts(self, spec: Any) -> list[str]:
+    def sync_hosts(self, spec: ClusterSpec) -> list[str]:
         from ..sync import SyncError
 
         raise SyncError(

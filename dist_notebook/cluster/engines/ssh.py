@@ -8,16 +8,19 @@ engine leaves by a signal through its own ssh; ``%dist_sync`` copies to the host
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .base import Start
 from .remote import HostListEngines
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
 
 
 class SSHEngines(HostListEngines):
     name: ClassVar[str] = "ssh"
 
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         from ..launchers import RankSSHEngineSetLauncher
 
         traits: dict[str, Any] = {"engines": dict(spec.hosts)}
@@ -25,7 +28,7 @@ class SSHEngines(HostListEngines):
 
     def scale_starts(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         added: int,
         target: dict[str, int],
         have: dict[str, int],

@@ -3,6 +3,7 @@
 The rest of ``cluster/`` brings a cluster up, keeps it healthy and takes it down; the
 modules here use a cluster that is up, one job each:
 
+- ``outputs``: what a cell gives back (RankOutput) and the errors it raises (RankError).
 - ``execute``: run a cell or a function on ranks, stream each rank's output, map errors
   (and a rank's death or an interrupt) to ranks;
 - ``recovery``: free ranks stuck in a collective with a rank that already stopped;
@@ -15,6 +16,5 @@ modules here use a cluster that is up, one job each:
 
 The name says where the work happens ("on ranks"), as ``engines/`` says which launcher
 starts them. Nothing is imported here: ``tracebacks`` loads without ipyparallel's
-client. The old paths (``dist_notebook.cluster.execute`` and the others) re-export
-these modules' names.
+client.
 """

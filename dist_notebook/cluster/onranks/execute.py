@@ -11,14 +11,17 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ipyparallel.error import RemoteError
 
 from ... import privates
-from ..cluster import ClusterError, DistCluster
+from ..errors import ClusterError
+from .outputs import RankError, RankOutput, RanksInterrupted
 from .recovery import Release, regroup
+
+if TYPE_CHECKING:
+    from ..kind import Cluster
 
 # sink(rank, kind, payload): kind is "stdout", "stderr" (payload: text) or "display"
 # (payload: a display_data content dict with "data" and "metadata").
@@ -30,77 +33,6 @@ OutputSink = Callable[[int, str, Any], None]
 # (a training run: 1% of a core at 0.02 s).
 _POLL = 0.05
 OUTPUT_WAIT_S = 2.0  # after the ranks replied, for their output to arrive
-
-
-@dataclass
-class RankOutput:
-    rank: int
-    stdout: str = ""
-    stderr: str = ""
-    result: dict[str, Any] | None = None
-    displays: list[dict[str, Any]] = field(default_factory=list)
-    error: RemoteError | None = None
-    completed: float = 0.0
-    value: Any = None
-
-
-class RankError(Exception):
-    """A cell raised on one or more ranks; renders the first raising rank's traceback."""
-
-    def __init__(self, failures: list[RankOutput], ranks: list[int]) -> None:
-        self.failures = failures
-        self.ranks = ranks
-        first = failures[0]
-        assert first.error is not None
-        self.rank = first.rank
-        self.ename = first.error.ename
-        self.evalue = first.error.evalue
-        self.hint = ""
-        self.state = ""  # the cluster's state after the cell, set where it is known
-        if self.ename == "RankDied":
-            super().__init__(self.evalue)
-        else:
-            super().__init__(f"rank {first.rank} raised {self.ename}: {self.evalue}")
-
-    def add_hint(self, hint: str) -> None:
-        """Append what the user can do to the message (and the rendered traceback)."""
-        if hint:
-            self.hint = hint.lstrip("; ")
-            self.args = (f"{self.args[0]}{hint}",)
-
-    def _render_traceback_(self) -> list[str]:
-        from .tracebacks import render  # the raising rank's traceback once, as Python's
-
-        if self.state and all(
-            f.error and f.error.ename == "KeyboardInterrupt" for f in self.failures
-        ):
-            # Interrupted (the panel's Interrupt, a stop): one line, no rank's traceback.
-            done = [r for r in self.ranks if r not in {f.rank for f in self.failures}]
-            return [interrupted_line([f.rank for f in self.failures], done, self.state)]
-        return render(self.failures, self.ranks, self.hint)
-
-
-class RanksInterrupted(KeyboardInterrupt):
-    """The kernel's interrupt of a cell on the ranks: shown as one line, no traceback."""
-
-    def __init__(self, interrupted: list[int], finished: list[int], state: str) -> None:
-        self.interrupted = interrupted
-        self.finished = finished
-        super().__init__(interrupted_line(interrupted, finished, state))
-
-    def _render_traceback_(self) -> list[str]:
-        return [str(self)]
-
-
-def interrupted_line(interrupted: list[int], finished: list[int], state: str) -> str:
-    """``interrupted ranks 0,1; rank 2 had finished; cluster ready``."""
-    from .tracebacks import rank_label
-
-    parts = [f"interrupted {rank_label(interrupted)}"]
-    if finished:
-        parts.append(f"{rank_label(finished)} had finished")
-    parts.append(f"cluster {state}")
-    return "; ".join(parts)
 
 
 class _Stream:
@@ -156,7 +88,7 @@ def view_of(client: Any, targets: list[int]) -> Any:
 
 
 def run_on_ranks(
-    cluster: DistCluster,
+    cluster: Cluster,
     code: str,
     ranks: list[int] | None = None,
     *,
@@ -187,7 +119,7 @@ def run_on_ranks(
 
 
 def apply_on_ranks(
-    cluster: DistCluster,
+    cluster: Cluster,
     fn: Callable[..., Any],
     *args: Any,
     ranks: list[int] | None = None,
@@ -242,7 +174,7 @@ PROMPTS = PromptClock()
 
 
 def follow(
-    cluster: DistCluster,
+    cluster: Cluster,
     ar: Any,
     targets: list[int],
     ranks: list[int] | None,
@@ -328,7 +260,7 @@ def follow(
     return outputs
 
 
-def absent_ranks_hint(cluster: DistCluster, ranks: list[int] | None) -> str:
+def absent_ranks_hint(cluster: Cluster, ranks: list[int] | None) -> str:
     """For a cell on some ranks only: which ranks a collective in it waited for."""
     if ranks is None:
         return ""
@@ -350,7 +282,7 @@ def _timed_out(error: RankError) -> bool:
 
 
 def _interrupt(
-    cluster: DistCluster, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
+    cluster: Cluster, ar: Any, ranks: list[int] | None, release: Release, streams: list[_Stream]
 ) -> None:
     """SIGINT every rank; free those still blocked in a collective with an idle one."""
     for stream in streams:
@@ -371,7 +303,7 @@ def _interrupt(
     _forward(ar, streams)
 
 
-def _died(cluster: DistCluster, ar: Any, streams: list[_Stream], dead: dict[int, str]) -> RankError:
+def _died(cluster: Cluster, ar: Any, streams: list[_Stream], dead: dict[int, str]) -> RankError:
     """The error of a call during which ranks died: the dead ranks first, then the rest."""
     info = {r.rank: r for r in cluster.ranks}
     failures = []

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from ... import privates
 from ...engine import collectives
-from .execute import RankError, RankOutput
+from .outputs import RankError, RankOutput
 
 if TYPE_CHECKING:
-    from ..cluster import DistCluster
+    from ..kind import Cluster
 
 SETTLE = 0.3  # seconds after a rank has left the cell before the first look
 LOOK_EVERY = 0.5  # seconds between looks while some ranks have left
@@ -83,9 +83,7 @@ class _Look:
 class Watch:
     """Looks at the ranks of one running call; ``finding`` is set once a mismatch is."""
 
-    def __init__(
-        self, cluster: DistCluster, ar: Any, targets: list[int], active: bool = True
-    ) -> None:
+    def __init__(self, cluster: Cluster, ar: Any, targets: list[int], active: bool = True) -> None:
         self.cluster = cluster
         self.ar = ar
         self.targets = targets

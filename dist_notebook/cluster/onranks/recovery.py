@@ -18,14 +18,14 @@ from ... import privates
 from ...engine import group
 
 if TYPE_CHECKING:
-    from ..cluster import DistCluster
+    from ..kind import Cluster
 
 log = logging.getLogger("dist_notebook")
 GRACE = 0.3  # seconds a failure may precede its peers' own completion before we act
 
 
 class Release:
-    def __init__(self, cluster: DistCluster, ar: Any, targets: list[int]) -> None:
+    def __init__(self, cluster: Cluster, ar: Any, targets: list[int]) -> None:
         self.cluster = cluster
         self.ar = ar
         self.targets = targets
@@ -87,7 +87,7 @@ def _failed(md: dict[str, Any]) -> bool:
     return md.get("error") is not None or md.get("status") == "error"
 
 
-def regroup(cluster: DistCluster) -> None:
+def regroup(cluster: Cluster) -> None:
     """Re-create the process group after a failure; say so if that is impossible."""
     from ..loop import run_sync
 

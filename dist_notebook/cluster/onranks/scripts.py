@@ -8,11 +8,11 @@ from ...engine import group, script
 from .execute import OutputSink, apply_on_ranks
 
 if TYPE_CHECKING:
-    from ..cluster import DistCluster
+    from ..kind import Cluster
 
 
 def run_script(
-    cluster: DistCluster, path: str, argv: list[str], *, sink: OutputSink | None = None
+    cluster: Cluster, path: str, argv: list[str], *, sink: OutputSink | None = None
 ) -> dict[int, int]:
     """Run *path* on all ranks; return {rank: exit status}.
 

@@ -19,7 +19,7 @@ import psutil
 from ...engine.stacks import stack_file
 
 if TYPE_CHECKING:
-    from ..cluster import DistCluster
+    from ..kind import Cluster
 
 
 def _size(path: str) -> int:
@@ -33,7 +33,7 @@ def _stopped_text(pid: int) -> str:
     return f"process {pid} is stopped (SIGSTOP): it cannot run any code"
 
 
-def _silent(cluster: DistCluster, rank: int) -> str:
+def _silent(cluster: Cluster, rank: int) -> str:
     pid = next(r.pid for r in cluster.ranks if r.rank == rank)
     try:
         if psutil.Process(pid).status() == psutil.STATUS_STOPPED:
@@ -47,7 +47,7 @@ class StacksError(RuntimeError):
     """The stacks cannot be collected; the message says why."""
 
 
-def collect_stacks(cluster: DistCluster, wait: float = 1.0) -> dict[int, str]:
+def collect_stacks(cluster: Cluster, wait: float = 1.0) -> dict[int, str]:
     """{rank: stack text (or why there is none)} for every rank of a local cluster."""
     directory = cluster.stack_dir
     refusal = cluster.spec.engines.stacks_refusal()

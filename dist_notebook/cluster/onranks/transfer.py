@@ -21,10 +21,10 @@ from ...engine import shm, values
 from .execute import apply_on_ranks
 
 if TYPE_CHECKING:
-    from ..cluster import DistCluster
+    from ..kind import Cluster
 
 
-def push(cluster: DistCluster, mapping: dict[str, Any], ranks: list[int] | None = None) -> None:
+def push(cluster: Cluster, mapping: dict[str, Any], ranks: list[int] | None = None) -> None:
     """Bind each name of *mapping* on every rank (cloudpickle: functions and instances
     defined in the notebook travel too; define classes with %%dist instead).
 
@@ -53,7 +53,7 @@ class PullError(RuntimeError):
     """A pulled value could not be rebuilt in the kernel; the message names the fix."""
 
 
-def pull(cluster: DistCluster, expression: str, ranks: list[int]) -> dict[int, Any]:
+def pull(cluster: Cluster, expression: str, ranks: list[int]) -> dict[int, Any]:
     """Evaluate *expression* on each rank and return {rank: value}.
 
     The ranks send the value cloudpickled (classes of ``%%dist`` cells by value); it is
@@ -100,12 +100,12 @@ def warming() -> threading.Thread | None:
     return _warm if _warm is not None and _warm.is_alive() else None
 
 
-def rank_pids(cluster: DistCluster) -> list[int]:
+def rank_pids(cluster: Cluster) -> list[int]:
     """The pids of the cluster's local ranks (the writers of their pulls' files)."""
     return [r.pid for r in getattr(cluster, "ranks", []) if getattr(r, "pid", None)]
 
 
-def _same_host(cluster: DistCluster) -> bool:
+def _same_host(cluster: Cluster) -> bool:
     """Whether every rank runs on this host (the local launcher)."""
     spec = getattr(cluster, "spec", None)
     return getattr(spec, "launcher", "local") == "local"
