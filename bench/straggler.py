@@ -1,21 +1,26 @@
-"""The straggler rule on real runs: healthy, slowed, heavier shard, skipped collective.
+"""The straggler rule and the verdict on real runs: healthy, slowed, heavier shard, starved,
+skipped collective.
 
 Runs ``%%dist_train`` on 2 CPU ranks (notebook 9's MLP, 64 samples a step, 60 steps)
 with no load and under two CPU hogs, and for every run prints what the product says
-(``load_run(name).summaries()``: others_wait, the share of the steps in which the others
-waited for the rank, others_wait as a share of the step, the flag)
+(``load_run(name).summary()``: the verdict line; per rank others_wait, the share of the
+steps in which the others waited for the rank, others_wait as a share of the step, the
+flag, starved, CPU time and run delay per step, the work ratio)
 next to what the ranks measured themselves with their clocks (the same machine, so one
 clock): each step's arrival at the gradient all-reduce (the last gradient hook, DDP's one
 bucket launch), the skew between the ranks and each rank's own work outside it. Also
 the rule over every 20-record window of the run (what the live view showed as it went):
 the largest share of steps waited for, and of ``others_wait / step``, of each rank.
 
-    .venv/bin/python bench/straggler.py [--reps 3] [--hogs 0 2]
+    .venv/bin/python bench/straggler.py [--reps 5] [--hogs 0 2] [--kinds healthy starved]
+    .venv/bin/python bench/straggler.py --hogs 2 --keep   # add the 2-hog runs to the stored
 
 Kinds of run: ``healthy`` (identical ranks), ``sleep`` (rank 1 sleeps 30 ms a step),
-``shard`` (rank 1's batch is 4 x the others': a heavier shard), ``skip`` (no DDP: the
-gradient averaged by a ``dist.all_reduce`` each step, which rank 0 skips at step 30; the
-cluster names it in a CollectiveMismatch. The collective watch counts the Python
+``shard`` (rank 1's batch is 4 x the others': a heavier shard), ``starved`` (each rank's
+training thread pinned to its own core, and two busy processes pinned to rank 1's core:
+rank 1 gets a third of a core and does the same work; both ranks' batch is 256), ``skip``
+(no DDP: the gradient averaged by a ``dist.all_reduce`` each step, which rank 0 skips at
+step 30; the cluster names it in a CollectiveMismatch. The collective watch counts the Python
 ``torch.distributed`` calls, not DDP's C++ all-reduce: a rank that leaves a DDP loop
 early is found by gloo's 30 s timeout instead).
 Writes bench/results/straggler.json.
@@ -24,17 +29,41 @@ Writes bench/results/straggler.json.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+from pathlib import Path
 from typing import Any
 
 from common import cpu_hogs, machine, quietly, shell, use_scratch_store, write_result
 
 DEFINE = r"""
-import time, torch, torch.nn as nn, torch.distributed as dist
+import os, subprocess, sys, time, torch, torch.nn as nn, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from dist_notebook import report
 
 def bench_run(steps, kind):
+    if kind != "starved":
+        return bench_loop(steps, kind)
+    # Rank 1's core shared with two busy processes; each main thread on a core of its own.
+    cpus = sorted(os.sched_getaffinity(0))
+    core = cpus[rank % len(cpus)]
+    before = os.sched_getaffinity(0)
+    busy = []
+    try:
+        os.sched_setaffinity(0, {core})
+        if rank == 1:
+            for _ in range(2):
+                p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                busy.append(p)
+                os.sched_setaffinity(p.pid, {core})
+        return bench_loop(steps, kind)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+        os.sched_setaffinity(0, before)
+
+def bench_loop(steps, kind):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
@@ -42,7 +71,9 @@ def bench_run(steps, kind):
         model = DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(rank)
-    batch = 256 if (kind == "shard" and rank == 1) else 64
+    # starved: the same 256-sample batch on both ranks (a step of ~12 ms of CPU, so a
+    # third of a core shows); shard: rank 1's alone
+    batch = 256 if (kind == "shard" and rank == 1) or kind == "starved" else 64
     data = [(torch.randn(batch, 256, generator=g), torch.randint(0, 10, (batch,), generator=g))
             for _ in range(8)]
     ready = [0.0]
@@ -70,7 +101,8 @@ def bench_run(steps, kind):
     return times
 """
 
-STEPS = 60
+STEPS = 40
+RESULT = Path(__file__).resolve().parent / "results" / "straggler.json"
 
 
 def window_extremes(records: list[Any]) -> dict[int, dict[str, float]]:
@@ -123,10 +155,13 @@ def one_run(ip: Any, name: str, kind: str) -> dict[str, Any]:
     except CollectiveMismatch as e:
         mismatch = str(e)
     run = dist_notebook.load_run(name)
-    summaries = run.summaries()
+    summary = run.summary()
+    summaries = summary.ranks
     row: dict[str, Any] = {"name": name, "kind": kind, "load": os.getloadavg()[0]}
     row["mismatch"] = mismatch
+    row["verdict"] = summary.verdict
     row["flagged"] = [s.rank for s in summaries if s.straggler]
+    row["starved"] = [s.rank for s in summaries if s.starved]
     row["ranks"] = [
         {
             "rank": s.rank,
@@ -134,13 +169,20 @@ def one_run(ip: Any, name: str, kind: str) -> dict[str, Any]:
             "others_wait_ms": None if s.others_wait is None else 1e3 * s.others_wait,
             "share": s.others_wait / s.step_time if s.others_wait is not None else None,
             "waited_for": s.waited_for_share,
+            "cpu_ms": None if s.cpu_time is None else 1e3 * s.cpu_time,
+            "delay_ms": None if s.run_delay is None else 1e3 * s.run_delay,
+            "work_ratio": s.work_ratio,
+            "cpu_share": s.cpu_share,
         }
         for s in summaries
     ]  # fmt: skip
     records = run.records()
     row["windows"] = window_extremes(records)
-    # (rank, step, step_time, comm_time) of every record: to try other rules on the same runs
-    row["records"] = [(r.rank, r.step, r.step_time, r.comm_time) for r in records]
+    # (rank, step, step_time, comm_time, cpu_time, run_delay, load) of every record: to try
+    # other rules on the same runs
+    row["records"] = [
+        (r.rank, r.step, r.step_time, r.comm_time, r.cpu_time, r.run_delay, r.load) for r in records
+    ]
     if mismatch is None:
         times = quietly(ip.run_line_magic, "dist_pull", "times --all")[0]
         skew = [1e3 * (b[0] - a[0]) for a, b in zip(times[0][5:], times[1][5:], strict=False)]
@@ -159,7 +201,8 @@ def one_run(ip: Any, name: str, kind: str) -> dict[str, Any]:
 def describe(row: dict[str, Any]) -> str:
     ranks = " ".join(
         f"r{r['rank']} wait {r['others_wait_ms']:6.1f} ms ({r['share']:5.2f} of step, "
-        f"in {r['waited_for']:4.2f} of steps)"
+        f"in {r['waited_for']:4.2f} of steps, cpu {_num(r['cpu_ms'])} ms delay "
+        f"{_num(r['delay_ms'])} ms work {_num(r['work_ratio'], 2)})"
         for r in row["ranks"]
         if r["others_wait_ms"] is not None
     )
@@ -177,15 +220,51 @@ def describe(row: dict[str, Any]) -> str:
     )
     return (
         f"{row['name']:>12} load {row['load']:4.1f} flagged {row['flagged']!s:6} "
-        f"{ranks} | windows {win}{arrival}"
+        f"starved {row['starved']!s:6} {ranks} | windows {win}{arrival}\n"
+        f"{'':>12} verdict: {row['verdict']}"
     )
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Per kind and hogs: how many runs got each verdict (its words before the colon), and
+    how many flagged a straggler or a starved rank."""
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for row in rows:
+        cell = out.setdefault((row["kind"], row["hogs"]), {})
+        said = (row["verdict"] or "none").split(":")[0]
+        cell[said] = cell.get(said, 0) + 1
+        cell["_runs"] = cell.get("_runs", 0) + 1
+        cell["_flagged"] = cell.get("_flagged", 0) + bool(row["flagged"])
+        cell["_starved"] = cell.get("_starved", 0) + bool(row["starved"])
+    lines = [
+        "| kind | hogs | runs | straggler flagged | starved marked | verdicts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (kind, hogs), cell in sorted(out.items()):
+        verdicts = ", ".join(f"{k} x{v}" for k, v in sorted(cell.items()) if not k.startswith("_"))
+        lines.append(
+            f"| {kind} | {hogs} | {cell['_runs']} | {cell['_flagged']} | {cell['_starved']} "
+            f"| {verdicts} |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the stored result's runs under other --hogs counts (one count a call)",
+    )
     parser.add_argument("--hogs", type=int, nargs="+", default=[0, 2])
-    parser.add_argument("--kinds", nargs="+", default=["healthy", "sleep", "shard", "skip"])
+    parser.add_argument(
+        "--kinds", nargs="+", default=["healthy", "sleep", "shard", "starved", "skip"]
+    )
     args = parser.parse_args()
     use_scratch_store()
     ip = shell()
@@ -206,6 +285,10 @@ def main() -> None:
                         print(describe(row), flush=True)
     finally:
         quietly(ip.run_line_magic, "dist_cluster", "stop")
+    if args.keep and RESULT.exists():
+        kept = json.loads(RESULT.read_text()).get("runs", [])
+        rows = [r for r in kept if r.get("hogs") not in args.hogs] + rows
+    print(table([r for r in rows if r["kind"] != "skip"]), flush=True)
     write_result("straggler", {"steps": STEPS, "runs": rows, "machine_at_start": machine()})
 
 

@@ -423,6 +423,8 @@ class RankSummary:
     # Per step of the window: the time outside the all-reduce (for mark_stragglers; not
     # sent: to_json and the TypeScript leave it out).
     per_step: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    # Per step of the window: the comm time (for the verdict's comm-bound; not sent).
+    per_step_comm: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def compute_time(self) -> float | None:
@@ -437,8 +439,8 @@ class RankSummary:
 
 
 def _sent(obj: Any) -> list[Any]:
-    """The dataclass fields that travel (all but RankSummary.per_step)."""
-    return [f for f in fields(obj) if f.name != "per_step"]
+    """The dataclass fields that travel (all but RankSummary.per_step, per_step_comm)."""
+    return [f for f in fields(obj) if f.name not in ("per_step", "per_step_comm")]
 
 
 @dataclass
@@ -487,6 +489,11 @@ def summarize_rank(
     # The straggler rule pairs steps across ranks. On a GPU comm_time is one sampled step
     # in 100, smoothed (engine/commtime.py): the pairs then share one estimate of the skew.
     per_step = {r.step: v for r, v in zip(timed, outside, strict=True) if r.step is not None}
+    per_step_comm = {
+        r.step: min(r.comm_time, t)
+        for r in timed
+        if r.step is not None and r.comm_time is not None and (t := r.step_time) is not None
+    }
     counted = [r for r in recent if r.samples is not None and math.isfinite(r.samples)]
     samples_per_s = None
     if len(counted) >= 2:
@@ -533,6 +540,7 @@ def summarize_rank(
         data_share=None if data_time is None or not step_time else min(1.0, data_time / step_time),
         peak_mem=max(peaks) if peaks else None,
         per_step=per_step,
+        per_step_comm=per_step_comm,
     )
 
 

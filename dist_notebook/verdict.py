@@ -27,8 +27,11 @@ for data: ``protocol.Record``), as medians over the window:
     The ranks' time waiting for data (``report(data_time=...)``) is at least
     INPUT_BOUND_SHARE of their step (every rank: the run; else the worst rank alone).
 *comm-bound*
-    Every rank waits for the gradient all-reduce for at least COMM_BOUND_SHARE of its step:
-    the network or the gradient size sets the pace, not one rank.
+    The gradient all-reduce itself takes at least COMM_BOUND_SHARE of the step: per step the
+    least comm time of the ranks (the last rank to arrive waits only for the transfer; the
+    others' wait for it is skew, not communication), its median over the window's steps,
+    over the ranks' median step time. The network or the gradient size sets the pace, not
+    one rank.
 *healthy*
     None of the above.
 
@@ -160,11 +163,24 @@ def judge(ranks: Sequence[RankSummary]) -> str | None:
             f"{_names([top])} is input-bound: {100 * (top.data_share or 0.0):.0f}% "
             "of its step waits for data"
         )
-    comm = [s.comm_share for s in ranks]
-    if len(ranks) >= 2 and all(v is not None and v >= COMM_BOUND_SHARE for v in comm):
-        low = min(v for v in comm if v is not None)
+    share = transfer_share(ranks)
+    if share is not None and share >= COMM_BOUND_SHARE:
         return (
-            f"comm-bound: every rank waits for the gradient all-reduce for "
-            f"{100 * low:.0f}% of its step or more"
+            f"comm-bound: the gradient all-reduce takes {100 * share:.0f}% of each step, "
+            "even for the last rank to arrive"
         )
     return HEALTHY
+
+
+def transfer_share(ranks: Sequence[RankSummary]) -> float | None:
+    """The all-reduce's own share of a step: the median over the steps every rank reported
+    of the least comm time of the ranks, over the ranks' median step time."""
+    timed = [s for s in ranks if s.per_step_comm]
+    steps = [s.step_time for s in ranks if s.step_time]
+    if len(ranks) < 2 or len(timed) < len(ranks) or not steps:
+        return None
+    common = set.intersection(*(set(s.per_step_comm) for s in timed))
+    if len(common) < MIN_RECORDS:
+        return None
+    transfer = statistics.median(min(s.per_step_comm[k] for s in timed) for k in common)
+    return transfer / statistics.median(steps)

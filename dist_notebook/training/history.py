@@ -33,7 +33,9 @@ class Run:
         return self._reader.records(self.id)
 
     def summary(self) -> RunSummary:
-        """The run's measures, as the dashboard and the panel show them."""
+        """The run's measures, as the dashboard and the panel show them, and its verdict:
+        ``.verdict``, why its steps are slow in one line ("healthy", "rank 1 is starved:
+        ...", "rank 3 does 2.1x the work of the median rank: ...": dist_notebook/verdict.py)."""
         found = self._reader.summary(self.id)
         if found is None:
             raise KeyError(f"run {self.id!r} is no longer in the run store")
