@@ -124,7 +124,7 @@ export class BarsView {
       h('span', 'dn-chart-bar-cell', 'samples/s'),
       h('span', 'dn-chart-bar-num', 'step ms'),
       h('span', 'dn-chart-bar-num', 'comm'),
-      h('span', 'dn-chart-bar-num', 'peak mem')
+      h('span', 'dn-chart-bar-num dn-chart-peak-mem', 'peak mem')
     );
     this.node.append(head, this._ranks, this._more, this._hostTitle, this._hosts);
     this._more.addEventListener('click', () => {
