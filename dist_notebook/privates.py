@@ -103,6 +103,8 @@ PRIVATES: tuple[Private, ...] = (
     Private("torch", "torch.nn.parallel:DistributedDataParallel", "logger",
             "DDP's C++ logger: writes a step's timings at report(), not the next forward",
             instance=True),
+    Private("torch", "torch.utils.data.dataloader", "_BaseDataLoaderIter",
+            "every DataLoader iterator's __next__: a step's wait for its data"),
     Private("torch", "torch._C._distributed_c10d:Logger", "_get_ddp_logging_data",
             "the logger's numbers alone (a third of the cost of DDP's whole logging data)"),
     Private("torch", "torch", "_dynamo",
@@ -358,6 +360,16 @@ def ddp_logging_data(model: Any) -> dict[str, Any]:
     ``DistributedDataParallel._get_ddp_logging_data()`` (torch 2.4-2.13);
     AssertionError or RuntimeError once the reducer is gone."""
     return dict(model._get_ddp_logging_data())
+
+
+def dataloader_iterator_class() -> Any:
+    """The base class of every DataLoader iterator, whose ``__next__`` they all use.
+
+    ``torch.utils.data.dataloader._BaseDataLoaderIter`` (torch 2.4-2.13); ImportError
+    without torch."""
+    from torch.utils.data import dataloader
+
+    return dataloader._BaseDataLoaderIter
 
 
 def ddp_timings(model: Any) -> dict[str, int]:

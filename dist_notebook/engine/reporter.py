@@ -33,6 +33,7 @@ from collections import deque
 from typing import Any
 
 from .. import columns, protocol
+from . import datawait
 from .stepmeasures import StepMeasures
 
 _lock = threading.Lock()
@@ -217,8 +218,9 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
     no record is lost), and never longer than ``STALL_S`` without the kernel taking any.
 
     ``step``: the step number (an int). ``samples``: samples processed since the last
-    report (gives samples/s). ``data_time``: seconds this step waited for its data (the
-    loader's ``next()``), if you time it: the summary tells an input-bound run by it.
+    report (gives samples/s). ``data_time``: seconds this step waited for its data, if
+    you time it yourself; without it, the time the step spent in DataLoader iterators'
+    ``next()`` (engine/datawait.py), None for a loop without a DataLoader.
     Every other keyword is a metric of yours, under any name (``loss``, ``lr``, ``seq``,
     ``rank`` ...), a number or a one-element tensor. Each record also carries the step's
     CPU time, CPU wait, load, cores and peak memory (engine/stepmeasures.py).
@@ -246,7 +248,8 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
     if comm_time is not None and step_time is not None and comm_time > step_time:
         comm_time = step_time  # a sampled estimate (commtime.py) never exceeds the step
     data = metrics.pop("data_time", None)
-    data_time = None if data is None else protocol.to_float(data)
+    waited = datawait.take()  # in DataLoader next() since the last report
+    data_time = waited if data is None else protocol.to_float(data)
     values = {name: _value(value) for name, value in metrics.items()}
     count = None if samples is None else _value(samples)
     cpu_time, run_delay, load, cores, peak_mem = channel.measures.take()

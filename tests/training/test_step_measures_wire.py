@@ -228,3 +228,37 @@ def test_report_takes_data_time_out_of_the_metrics(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(reporter, "_channel", Channel())
         reporter.report(step=2, data_time="slow")
     assert protocol.STEP_MEASURES[-1] == "peak_mem"
+
+
+def test_data_time_is_the_steps_wait_in_a_dataloaders_next() -> None:
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    from dist_notebook.engine import datawait
+
+    class Slow(Dataset[int]):
+        def __len__(self) -> int:
+            return 6
+
+        def __getitem__(self, i: int) -> int:
+            time.sleep(0.03 if i == 2 else 0.0)
+            return i
+
+    datawait.install()
+    try:
+        assert datawait.take() is None, "no batch taken yet"
+        waits = []
+        for batch in DataLoader(Slow(), batch_size=1):
+            waits.append((int(torch.as_tensor(batch)[0]), datawait.take()))
+        elsewhere: list[float | None] = []
+        worker = threading.Thread(target=lambda: elsewhere.append(datawait.take()))
+        worker.start()
+        worker.join()
+    finally:
+        datawait.uninstall()
+    assert [i for i, _ in waits] == list(range(6))
+    got = {i: w for i, w in waits if w is not None}
+    assert len(got) == 6, waits
+    assert got[2] >= 0.03 and max(w for i, w in got.items() if i != 2) < 0.02, waits
+    assert elsewhere == [None], "each thread its own wait"
+    assert datawait._original is None
