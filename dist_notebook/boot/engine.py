@@ -72,6 +72,14 @@ def _no_execute_input() -> None:
     privates.silence_execute_input()
 
 
+def _top_level_await() -> None:
+    """A cell's top-level ``await`` runs on the rank (engine/awaiting.py): without it
+    such a cell never returned."""
+    from ..engine.awaiting import LOOP_RUNNER
+
+    sys.argv.append(f"--InteractiveShell.loop_runner={LOOP_RUNNER}")
+
+
 def _no_debugger() -> None:
     """Start the engine's kernel without ipykernel's debugger.
 
@@ -122,6 +130,7 @@ def main() -> None:
         _answer_signals()
     _no_execute_input()
     _no_debugger()
+    _top_level_await()
     from ipyparallel.engine.app import main as ipengine_main
 
     sys.argv[0] = "ipengine"
