@@ -12,8 +12,6 @@ starting/restarting -> failed; any -> stopping -> stopped.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -26,14 +24,13 @@ from dataclasses import replace
 from typing import Any
 
 import ipyparallel as ipp
-import psutil
 
 from ..engine import shm
 from ..protocol import ClusterState, EngineState
-from ..store import StoreError, StoreWriter, store_path
-from ..store.recorder import record
+from ..store import StoreWriter, store_path
+from ..store.recorder import LazyWriter, record
 from ..store.schema import full_disk_message
-from . import limits, reap, registry, wiring
+from . import limits, registry, wiring
 from . import scale as scaling
 from .errors import ClusterError
 from .facts import KEEP, ClusterFacts, Keep, RankInfo
@@ -73,8 +70,7 @@ class DistCluster:
         self.start_seconds: float | None = None
         self.ready_since: float | None = None  # time.time() of this life's ready
         self._generation = 0
-        self._store = store
-        self._store_error: str | None = None
+        self._store = LazyWriter(store, "this cluster and its runs will not be recorded")
         self.pair_ports: list[int] = []
         self.master_addr: str | None = None
         self._tearing_down = False
@@ -138,18 +134,10 @@ class DistCluster:
 
     def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
         """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
-        by_rank = {r.rank: r.engine_id for r in self.ranks}
-        wanted = sorted(by_rank) if ranks is None else ranks
-        missing = [r for r in wanted if r not in by_rank]
-        if missing:
-            raise ClusterError(f"unknown rank {missing[0]}: this cluster has ranks 0..{self.n - 1}")
-        return [by_rank[r] for r in wanted]
+        return self.facts.engine_ids(ranks)
 
     def rank_of(self, engine_id: int) -> int:
-        for r in self.ranks:
-            if r.engine_id == engine_id:
-                return r.rank
-        return -1
+        return self.facts.rank_of(engine_id)
 
     def require_client(self) -> ipp.Client:
         return self.engines.require_client()
@@ -322,17 +310,9 @@ class DistCluster:
         """Ranks whose engine died or is unresponsive: {rank: how}."""
         return self.health.dead_ranks()
 
-    def check_health(self) -> dict[int, str]:
-        """Look for dead or unresponsive ranks now and record them; return them."""
-        return self.health.check()
-
     def mark_dead(self, ranks: dict[int, str]) -> None:
         """Record dead ranks: the cluster needs a restart before the next cell."""
         self.health.mark_dead(ranks)
-
-    def resumed_ranks(self) -> list[int]:
-        """Unresponsive ranks running again, which the cluster replaces by itself."""
-        return self.health.resumed_ranks()
 
     # --- steps of start --------------------------------------------------------
     def engine_env(self, rank_offset: int = 0) -> dict[str, str]:
@@ -343,13 +323,8 @@ class DistCluster:
         """Start one engine per dead rank, with that rank, beside the survivors."""
         survivors = [r.engine_id for r in self.ranks if r.rank not in dead]
         # An unresponsive engine's process may live (stopped): end it first, which also
-        # frees its peers blocked in a collective with it, and let its exit be recorded.
-        stuck = reap.process_tree([r.pid for r in self.ranks if r.rank in dead])
-        for proc in stuck:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        await asyncio.get_running_loop().run_in_executor(None, reap.reap, stuck, 2.0)
-        await self.engines.exits_recorded({p.pid for p in stuck}, 5.0)
+        # frees its peers blocked in a collective with it.
+        await self.engines.end_processes([r.pid for r in self.ranks if r.rank in dead])
         for rank in sorted(dead):
             self.progress(f"replacing rank {rank} ({dead[rank]})")
             await self._start_engines(1, rank)
@@ -401,14 +376,7 @@ class DistCluster:
     def writer(self) -> StoreWriter | None:
         """The run store's writer, or None when the store cannot be written: then the
         cluster and its runs go on unrecorded, and that is said once, not per write."""
-        if self._store is None and self._store_error is None:
-            try:
-                self._store = StoreWriter()
-                self._store.close_orphans(lambda pid: psutil.pid_exists(pid) and pid != 0)
-            except StoreError as e:
-                self._store_error = str(e)
-                log.warning("%s; this cluster and its runs will not be recorded", e)
-        return self._store
+        return self._store.get()
 
     def _record_cluster(self) -> None:
         record(

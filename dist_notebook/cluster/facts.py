@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import ClusterState, EngineState, can_move, check_move
 from ..store.recorder import record
+from .errors import ClusterError
 
 if TYPE_CHECKING:
     from ..store import StoreWriter
@@ -97,6 +98,21 @@ class ClusterFacts:
         return self._failure
 
     # --- the door -----------------------------------------------------------------
+    def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
+        """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
+        by_rank = {r.rank: r.engine_id for r in self.ranks}
+        wanted = sorted(by_rank) if ranks is None else ranks
+        missing = [r for r in wanted if r not in by_rank]
+        if missing:
+            raise ClusterError(
+                f"unknown rank {missing[0]}: this cluster has ranks 0..{self.spec.n - 1}"
+            )
+        return [by_rank[r] for r in wanted]
+
+    def rank_of(self, engine_id: int) -> int:
+        """The rank engine *engine_id* holds (-1: none)."""
+        return next((r.rank for r in self.ranks if r.engine_id == engine_id), -1)
+
     def move(
         self,
         new: ClusterState,

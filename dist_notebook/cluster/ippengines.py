@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ipyparallel as ipp
+import psutil
 from traitlets.config import Config
 
 from .. import envvars, privates
@@ -251,6 +252,16 @@ class Engines:
             raise ClusterError(
                 f"engine {identifier} exited while starting ({data.get('exit_code')}):\n{tail}"
             )
+
+    async def end_processes(self, pids: list[int]) -> None:
+        """Kill the process trees of *pids* (engines to replace) and wait until their
+        launchers recorded the exits, so those are buried, not taken for new deaths."""
+        tree = reap.process_tree(pids)
+        for proc in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        await asyncio.get_running_loop().run_in_executor(None, reap.reap, tree, 2.0)
+        await self.exits_recorded({p.pid for p in tree}, 5.0)
 
     async def exits_recorded(self, pids: set[int], timeout: float) -> None:
         """Wait until the launchers have recorded the exit of *pids* (their wait thread

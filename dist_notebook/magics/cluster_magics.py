@@ -16,6 +16,7 @@ from IPython.display import display
 from ..cluster import ClusterConfigError, ClusterError, ClusterSpec, ClusterState, DistCluster, pool
 from ..cluster.devices import visible_gpus
 from ..cluster.engines import strategy_for
+from ..cluster.kind import Cluster
 from ..cluster.onranks.transfer import warm_up
 from ..detached.attached import AttachedCluster, start_detached
 from .args import (
@@ -102,7 +103,7 @@ def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
         raise UsageError(str(e)) from None
 
 
-def ranks_table(cluster: DistCluster, every_rank: bool = False, age: bool = False) -> Table:
+def ranks_table(cluster: Cluster, every_rank: bool = False, age: bool = False) -> Table:
     """One row per rank; a node column when the ranks span more than one node. Beyond
     BY_NODE_BEYOND ranks one row per node, unless *every_rank* (``status --all``).
 
@@ -134,7 +135,7 @@ def ranks_table(cluster: DistCluster, every_rank: bool = False, age: bool = Fals
     return Table(("rank", "host", "pid", "device", "backend", "state"), rows, title)
 
 
-def _by_node(cluster: DistCluster, ranks: list[Any], title: str) -> Table:
+def _by_node(cluster: Cluster, ranks: list[Any], title: str) -> Table:
     """The table of nodes; with the slowest rank of each in the run going or, on an idle
     cluster, in its last run (named in the title), from the run's summary."""
     run = getattr(cluster.owner, "run", None)
@@ -307,10 +308,9 @@ class ClusterMagics(Magics):
                 f"cluster {cluster.id}: {cluster.state.value}; start one with %dist_cluster start"
             )
             return
-        if isinstance(cluster, AttachedCluster):
-            cluster.refresh()  # the keeper's state; a gone keeper is said in one line
+        cluster.refresh()  # a keeper's state; a gone keeper is said in one line
         display(ranks_table(cluster, every_rank=args.all, age=True))
-        if isinstance(cluster, AttachedCluster):
+        if cluster.detached:
             print(
                 f"detached: keeper pid {cluster.keeper_pid}{_idle_note(cluster.idle_timeout)};"
                 " %dist_cluster detach lets go of it"
@@ -342,7 +342,7 @@ class ClusterMagics(Magics):
             count = None if args.count is None else positive_int(args.count)
         except argparse.ArgumentTypeError as e:
             raise UsageError(f"%dist_cluster: argument count: {e}") from None
-        if isinstance(self.session.cluster, AttachedCluster):
+        if self.session.cluster is not None and self.session.cluster.detached:
             raise UsageError(
                 "%dist_cluster: a detached cluster keeps its size: stop it and start one "
                 f"with -n {count or 'N'} --detach"
@@ -364,9 +364,7 @@ class ClusterMagics(Magics):
 
         current = self.session.cluster
         if current is not None and current.state not in (ClusterState.STOPPED, ClusterState.FAILED):
-            if isinstance(current, AttachedCluster) and (
-                args.count is None or current.id.startswith(args.count)
-            ):
+            if current.detached and (args.count is None or current.id.startswith(args.count)):
                 current.refresh()
                 print(f"cluster {current.id} is attached to this kernel already")
                 display(ranks_table(current))
@@ -397,7 +395,7 @@ class ClusterMagics(Magics):
 
     def _detach(self, args: Any) -> None:
         cluster = self.session.cluster
-        if cluster is None or not isinstance(cluster, AttachedCluster):
+        if cluster is None or not cluster.detached:
             raise UsageError(
                 "%dist_cluster: this kernel holds no detached cluster (start one with "
                 "%dist_cluster start --detach)"

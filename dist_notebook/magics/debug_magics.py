@@ -23,7 +23,7 @@ from .args import HELP, check_ranks, help_text, parse, rank_number
 from .session import Session
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import DistCluster
+    from ..cluster.kind import Cluster
 
 EXAMPLES = """
   %dist_debug          pdb on the rank that raised first in the last failed cell
@@ -78,7 +78,7 @@ class DebugMagics(Magics):
         print(f"pdb on rank {rank} (q to quit)")
         self._loop(cluster, rank, reply)
 
-    def _loop(self, cluster: DistCluster, rank: int, reply: dict[str, Any]) -> None:
+    def _loop(self, cluster: Cluster, rank: int, reply: dict[str, Any]) -> None:
         prompt = f"(Pdb rank {rank}) "
         try:
             while not reply["ended"]:
@@ -99,7 +99,7 @@ class DebugMagics(Magics):
                 self._call(cluster, rank, rank_debug.close_session)
         print(f"pdb on rank {rank} ended")
 
-    def _call(self, cluster: DistCluster, rank: int, fn: Any, *args: Any) -> Any:
+    def _call(self, cluster: Cluster, rank: int, fn: Any, *args: Any) -> Any:
         try:
             outputs = apply_on_ranks(cluster, fn, *args, ranks=[rank], timeout=COMMAND_TIMEOUT_S)
         except (ClusterError, RankError, TimeoutError) as e:

@@ -12,7 +12,6 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..cluster import ClusterError
-from ..detached.attached import AttachedCluster
 from ..export import ExportUnavailable
 from ..export import check as check_exports
 from ..store.recorder import record
@@ -193,10 +192,9 @@ class TrainMagics(Magics):
             mlflow=args.mlflow,
             command=flags.strip(),
         )
-        if isinstance(cluster, AttachedCluster):
-            # The keeper runs it, so that it goes on without this kernel; followed here.
-            run: Any = cluster.start_run(spec)
-        else:
+        # A detached cluster's keeper runs it, so that it goes on without this kernel.
+        run: Any = cluster.keeper_run(spec)
+        if run is None:
             try:  # refused at once, in one line, before a run or its live view is made
                 cluster.owner.refuse_during_run("%%dist_train: cannot start another run")
             except ClusterError as e:
@@ -256,7 +254,7 @@ class TrainMagics(Magics):
             raise
         finally:
             for rank in printer.ranks:  # the last lines of each rank, for the run tab
-                if isinstance(run.cluster, AttachedCluster):
+                if run.cluster.detached:
                     break  # the keeper's run wrote them, as the keeper's output
                 record(
                     run.cluster.writer(),

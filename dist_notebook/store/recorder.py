@@ -6,6 +6,8 @@ import logging
 import weakref
 from typing import Any
 
+import psutil
+
 from .schema import StoreError
 from .writer import StoreWriter
 
@@ -34,3 +36,24 @@ def warn_once(key: Any, message: str) -> None:
     if message not in seen:
         seen.add(message)
         log.warning("%s", message)
+
+
+class LazyWriter:
+    """The run store's writer, opened on first use (its orphans closed then), or None
+    for good once the store cannot be opened: said once (*unrecorded* says what goes
+    unrecorded), never per write."""
+
+    def __init__(self, writer: StoreWriter | None, unrecorded: str) -> None:
+        self._writer = writer
+        self._error: str | None = None
+        self._unrecorded = unrecorded
+
+    def get(self) -> StoreWriter | None:
+        if self._writer is None and self._error is None:
+            try:
+                self._writer = StoreWriter()
+                self._writer.close_orphans(lambda pid: psutil.pid_exists(pid) and pid != 0)
+            except StoreError as e:
+                self._error = str(e)
+                log.warning("%s; %s", e, self._unrecorded)
+        return self._writer

@@ -37,7 +37,7 @@ from .iterators import ended_by_stop, stop_iteration_hint
 from .states import RunStates
 
 if TYPE_CHECKING:
-    from ..cluster.cluster import DistCluster
+    from ..cluster.kind import Cluster
 
 log = logging.getLogger("dist_notebook")
 
@@ -148,9 +148,7 @@ class TrainingRun:
     One run at a time per cluster: a second one is refused (RunBusyError) while the
     first is pending or running, before anything of it is recorded."""
 
-    def __init__(
-        self, cluster: DistCluster, spec: RunSpec, writer: StoreWriter | None = None
-    ) -> None:
+    def __init__(self, cluster: Cluster, spec: RunSpec, writer: StoreWriter | None = None) -> None:
         self.cluster = cluster
         self.spec = spec
         self.id = uuid.uuid4().hex[:12]
