@@ -67,6 +67,8 @@ PRIVATES: tuple[Private, ...] = (
             "the ident of that message's sender", instance=True),
     Private("ipykernel", "ipykernel.kernelbase:Kernel", "_allow_stdin",
             "whether the front end of the cell accepts input()"),
+    Private("ipykernel", "ipykernel.kernelbase:Kernel", "_publish_status",
+            "wrapped while a cell blocks: a subshell's idle is followed by the cell's busy"),
     Private("ipykernel", "ipykernel.subshell_manager:SubshellManager", "_shell_channel_io_loop",
             "the loop a subshell is created on (the live view's Stop route)", instance=True),
     Private("ipykernel", "ipykernel.subshell_manager:SubshellManager", "_create_subshell",
@@ -209,6 +211,27 @@ def allow_stdin(kernel: Any) -> bool:
 
     ``Kernel._allow_stdin`` (ipykernel 7.0-7.4): set from each execute request."""
     return bool(kernel._allow_stdin)
+
+
+def publish_status(kernel: Any) -> Any:
+    """*kernel*'s ``_publish_status(status, channel, parent=None)`` (bound).
+
+    ``Kernel._publish_status`` (ipykernel 6.0-7.4): every busy, idle and starting status
+    on IOPub goes through it (``_publish_status_and_flush`` calls it), from the main
+    shell, each subshell's thread and the control thread; *parent* None means the calling
+    thread's ``get_parent(channel)``."""
+    return kernel._publish_status
+
+
+def replace_publish_status(kernel: Any, fn: Any) -> None:
+    """Make *kernel* publish its statuses through *fn* (an instance attribute)."""
+    kernel._publish_status = fn
+
+
+def restore_publish_status(kernel: Any, fn: Any) -> None:
+    """Undo ``replace_publish_status(kernel, fn)`` (where *fn* is still the one set)."""
+    if vars(kernel).get("_publish_status") is fn:
+        del kernel._publish_status
 
 
 def shell_receive_callback(kernel: Any) -> Any:

@@ -25,6 +25,15 @@ change none) go to the same subshell, everything else as before. A request that 
 comm message must name its subshell in its header, so it is re-signed with the kernel's
 own key after its signature was checked.
 
+While the route is open, the kernel reads busy to every front end (``BlockedCell``):
+ipykernel publishes busy then idle for every message a subshell (or the control channel)
+handles, and JupyterLab's status bar (and the server's execution_state) follow the last
+status of any parent, so the live view's first message made the kernel read "Idle" for
+the rest of the cell. Each such idle is followed by a busy with the running cell's own
+request as parent (the idle itself stays: a reloaded page's kernel_info request is done
+only once its idle arrives). The same object answers a reloaded page that asks which
+cell runs (a comm of ``RUNNING_TARGET``: the labextension marks that cell ``[*]``).
+
 All of ipykernel's private names used here are in ``PRIVATE`` and checked by
 ``_manager`` (``dist_notebook.privates.PRIVATES`` lists them too, for its test against the
 installed ipykernel). Where the kernel lacks one (ipykernel 6, a terminal IPython, a later
@@ -49,7 +58,12 @@ CREATE_TIMEOUT = 5.0  # seconds to wait for the shell-channel thread to make the
 
 # ipykernel 7's private names this module uses (ipykernel 7.0-7.4), in one place.
 PRIVATE = {
-    "kernel": ("shell_channel_thread", "shell_stream", "shell_channel_thread_main"),
+    "kernel": (
+        "shell_channel_thread",
+        "shell_stream",
+        "shell_channel_thread_main",
+        "_publish_status",
+    ),
     "shell_channel_thread": ("manager", "asyncio_lock"),
     "manager": (
         "_create_subshell",
@@ -62,6 +76,8 @@ PRIVATE = {
 # What a reloaded page's widget manager asks while restoring its widgets.
 RESTORE_REQUESTS = frozenset({"kernel_info_request", "comm_info_request"})
 CONTROL_TARGET = "jupyter.widget.control"  # ipywidgets' comm for all models' states
+# A front end's question "which cell runs?" (extension/src/runningcell.ts asks it).
+RUNNING_TARGET = "dist_notebook.running"
 
 
 def _manager(kernel: Any) -> Any:
@@ -120,6 +136,7 @@ class CommRoute:
             log.warning("no subshell for the live view (its Stop needs the interrupt): %s", e)
             return
         subshell = self.subshell
+        self._blocked = BlockedCell(kernel)
         # Read by the shell-channel thread for each comm_msg of this comm.
         privates.route_comm(comm, subshell)
         self._restore: RestoreRoute | None = None
@@ -136,6 +153,7 @@ class CommRoute:
         subshell, self.subshell = self.subshell, None
         if subshell is None:
             return
+        self._blocked.close()
         if self._restore is not None:
             self._restore.close()
         # The comm may outlive the route (a widget kept open for a reloaded page): its
@@ -211,7 +229,10 @@ class RestoreRoute:
         content = session.unpack(bytes(msg_list[4].bytes))
         comm_id = content.get("comm_id")
         if kind == "comm_open":
-            if content.get("target_name") != CONTROL_TARGET:
+            target = content.get("target_name")
+            if target == RUNNING_TARGET:  # answered at once, never waits for the cell
+                return self._resigned(idents, msg_list, kind)
+            if target != CONTROL_TARGET:
                 return None
             self._control.add(comm_id)
             return self._resigned(idents, msg_list, kind)
@@ -231,3 +252,67 @@ class RestoreRoute:
         parts[0] = session.pack(header)
         self.diverted.append(kind)
         return [*idents, DELIM, session.sign(parts), *parts, *msg_list[5:]]
+
+
+class BlockedCell:
+    """While a cell blocks: the kernel reads busy, and says which cell runs when asked.
+
+    Made on the main thread inside the cell (its parent is the cell's execute_request);
+    ``close()`` before the cell's end. The kernel's ``_publish_status`` is wrapped: after an
+    idle of any other parent (a subshell's message, a control request) a busy follows, with
+    the cell's request as parent, under a lock ``close()`` takes too, so no busy can follow
+    the cell's own idle. The cell's own idle (a route never closed) ends it as well.
+    """
+
+    def __init__(self, kernel: Any) -> None:
+        self._kernel = kernel
+        self._lock = threading.Lock()
+        self._on = False
+        self.cell_id = ""
+        cell = kernel.get_parent("shell") if hasattr(kernel, "get_parent") else None
+        if not isinstance(cell, dict):
+            return
+        header = cell.get("header") or {}
+        if header.get("msg_type") != "execute_request":
+            return  # not inside a cell a front end sent (a script, a test's thread)
+        self._cell: dict[str, Any] = cell
+        self._cell_msg_id = header.get("msg_id")
+        metadata = cell.get("metadata") or {}
+        self.cell_id = str(metadata.get("cellId") or "")  # JupyterLab's cell id, if sent
+        self._original = privates.publish_status(kernel)
+        self._wrapper = self._publish  # one bound method: restore compares it by identity
+        privates.replace_publish_status(kernel, self._wrapper)
+        from comm import get_comm_manager
+
+        self._comms = get_comm_manager()
+        self._comms.register_target(RUNNING_TARGET, self._answer)
+        self._on = True
+
+    def _publish(self, status: str, channel: str, parent: Any = None) -> None:
+        """The kernel's ``_publish_status``, then the cell's busy after another's idle."""
+        with self._lock:
+            self._original(status, channel, parent)
+            if not self._on or status != "idle":
+                return
+            of = parent or self._kernel.get_parent(channel)
+            if (of or {}).get("header", {}).get("msg_id") == self._cell_msg_id:
+                self._end()  # the cell's own idle: it is over
+                return
+            self._original("busy", "shell", self._cell)
+
+    def _answer(self, comm: Any, _msg: Any) -> None:
+        """On a subshell: which cell runs (its id and the request's ``msg_id``)."""
+        with self._lock:
+            running = self._on
+        comm.send({"cell_id": self.cell_id if running else "", "msg_id": self._cell_msg_id})
+        comm.close()
+
+    def _end(self) -> None:
+        self._on = False
+        privates.restore_publish_status(self._kernel, self._wrapper)
+        self._comms.unregister_target(RUNNING_TARGET, self._answer)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._on:
+                self._end()

@@ -27,6 +27,7 @@ import { DistPanel } from './panel';
 import { OverlayView } from './overlay';
 import { deleteRun, postClusterAction, pruneRuns } from './request';
 import { RunView } from './runview';
+import { runningCellPlugin } from './runningcell';
 import type { ClusterAction } from './contracts';
 
 const PLUGIN_ID = 'dist-notebook:plugin';
@@ -252,4 +253,4 @@ function addRunCommands(
   });
 }
 
-export default [plugin, finalSavePlugin];
+export default [plugin, finalSavePlugin, runningCellPlugin];
