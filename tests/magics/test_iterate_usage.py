@@ -43,7 +43,7 @@ def test_a_wrong_word_names_the_choices(no_cluster: Any, name: str) -> None:
 
 def test_dist_debug_rank_must_be_a_number(no_cluster: Any) -> None:
     message = usage_error(no_cluster, "dist_debug", "one")
-    assert "argument rank: invalid int value: 'one'" in message, message
+    assert "argument rank: 'one' is not a rank: give 0 to" in message, message
 
 
 def test_dist_auto_off_and_its_state_need_no_cluster(
