@@ -281,9 +281,10 @@ class ClusterMagics(Magics):
         # it), overlapping the engines' start rather than the first cell after it
         warm_up()
         if args.detach:
-            detached = start_detached(spec, args.idle_timeout, progress=Progress())
+            progress = Progress()  # its line ends as the table (saved: only the table)
+            detached = start_detached(spec, args.idle_timeout, progress=progress)
             self.session.cluster = detached
-            display(ranks_table(detached))
+            progress.finish(ranks_table(detached))
             print(
                 f"cluster {detached.id} is detached (keeper pid {detached.keeper_pid}"
                 f"{_idle_note(args.idle_timeout)}): it outlives this kernel; "
@@ -291,11 +292,12 @@ class ClusterMagics(Magics):
             )
             return
         # A spare of the same spec (cluster/pool.py) when one was kept warm, else cold.
-        cluster = pool.take(spec, Progress()) or DistCluster(spec, progress=Progress())
+        progress = Progress()  # its line ends as the table (saved: only the table)
+        cluster = pool.take(spec, progress) or DistCluster(spec, progress=progress)
         self.session.cluster = cluster
         if cluster.state != ClusterState.READY:
             cluster.start_sync()
-        display(ranks_table(cluster))
+        progress.finish(ranks_table(cluster))
 
     def _status(self, args: Any) -> None:
         cluster = self.session.cluster
@@ -347,16 +349,17 @@ class ClusterMagics(Magics):
                 "%dist_cluster: a detached cluster keeps its size: stop it and start one "
                 f"with -n {count or 'N'} --detach"
             )
-        cluster = scale_action(self.session.cluster, count, Progress(), args.hosts)
-        display(ranks_table(cluster))
+        progress = Progress()
+        cluster = scale_action(self.session.cluster, count, progress, args.hosts)
+        progress.finish(ranks_table(cluster))
 
     def _restart(self, args: Any) -> None:
         cluster = self.session.cluster
         if cluster is None or cluster.state in (ClusterState.STOPPED, ClusterState.NEW):
             raise UsageError("no cluster to restart: start one with %dist_cluster start")
-        cluster.progress = Progress()
+        cluster.progress = progress = Progress()
         cluster.restart_sync(everything=args.all)
-        display(ranks_table(cluster))
+        progress.finish(ranks_table(cluster))
 
     # --- detached clusters ---------------------------------------------------------
     def _attach(self, args: Any) -> None:

@@ -329,32 +329,102 @@ def _devices(devices: Iterable[str]) -> str:
 
 
 class Progress:
-    """One line updated in place (a display in a notebook, a stderr line in a terminal).
+    """One line of a cell's work, updated in place, that ends with the work.
 
-    The line belongs to the cell that made it: once that cell is over, a later message
-    (a process group re-made under a later cell) starts a line of its own in the cell
-    running then, timed from its first message; the start cell's output stays final."""
+    In a notebook the line is a display: ``finish(final)`` replaces it by the work's final
+    output (the start cell's table: its saved output holds only that); a line not finished
+    is removed (its display updated to nothing) when its cell ends, whatever ended it (a
+    rank's error, an interrupt, a Stop), so no cell keeps a transient line. A message while
+    no cell runs (a background thread's, between cells) shows nowhere: its display would
+    land in whichever cell ran last. A message in a later cell than the line's (a process
+    group re-made under a later cell) starts a line of its own there, timed from its first
+    message. Outside IPython (a script) each message is printed as it comes."""
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self._handle: Any = None
-        self._cell: Any = _running_cell()
+        self._lock = threading.Lock()
+        self._cells = _CellWatch.of_shell()
+        self._cell: int | None = self._cells.running if self._cells is not None else None
 
     def __call__(self, message: str) -> None:
-        cell = _running_cell()
-        if self._handle is not None and cell != self._cell:
-            self._handle, self.t0 = None, time.perf_counter()
-        self._cell = cell
-        text = f"[{time.perf_counter() - self.t0:5.1f} s] {message}"
-        if self._handle is None:
+        with self._lock:
+            cells = self._cells
+            cell = cells.running if cells is not None else None
+            if cells is not None and cell is None:
+                return  # no cell runs: nowhere to show it (see the class's docstring)
+            if cell != self._cell:
+                self._handle, self._cell, self.t0 = None, cell, time.perf_counter()
+            text = f"[{time.perf_counter() - self.t0:5.1f} s] {message}"
+            if self._handle is not None:
+                self._handle.update({"text/plain": text}, raw=True)
+                return
             self._handle = display({"text/plain": text}, raw=True, display_id=True)
+            if cells is not None and self._handle is not None:
+                cells.at_end(cell, self._ended)
+
+    def finish(self, final: Any) -> None:
+        """Show *final* (a displayable object) in place of this cell's line, or below."""
+        with self._lock:
+            cells = self._cells
+            here = self._handle is not None and (cells is None or cells.running == self._cell)
+            handle, self._handle = self._handle, None
+        if here:
+            handle.update(final)
         else:
-            self._handle.update({"text/plain": text}, raw=True)
+            display(final)
+
+    def _ended(self) -> None:
+        """Its cell ended: a line still shown goes (the work ended with the cell)."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.update({}, raw=True)
 
 
-def _running_cell() -> Any:
-    """Which cell runs now: the shell's execution count (None outside IPython)."""
-    from IPython import get_ipython
+class _CellWatch:
+    """Which cell runs now (a serial, None between cells) and what ends with it, from
+    IPython's ``pre_run_cell`` / ``post_run_cell`` events; one per shell."""
 
-    shell = get_ipython()
-    return getattr(shell, "execution_count", None)
+    _watches: dict[int, _CellWatch] = {}
+
+    def __init__(self, shell: Any) -> None:
+        self._lock = threading.Lock()
+        self._serial = 0
+        # Made inside a cell (a magic's): that cell runs now.
+        self.running: int | None = self._serial
+        self._ends: list[tuple[int, Any]] = []
+        shell.events.register("pre_run_cell", self._pre_run_cell)
+        shell.events.register("post_run_cell", self._post_run_cell)
+
+    @classmethod
+    def of_shell(cls) -> _CellWatch | None:
+        """The running IPython shell's watch (made on first use), or None outside IPython."""
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is None or not hasattr(shell, "events"):
+            return None
+        watch = cls._watches.get(id(shell))
+        if watch is None:
+            watch = cls._watches[id(shell)] = cls(shell)
+        return watch
+
+    def at_end(self, cell: int | None, fn: Any) -> None:
+        """Call *fn* when cell *cell* ends (at once if it is over)."""
+        with self._lock:
+            if cell is not None and cell == self.running:
+                self._ends.append((cell, fn))
+                return
+        fn()
+
+    def _pre_run_cell(self, _info: Any) -> None:
+        with self._lock:
+            self._serial += 1
+            self.running = self._serial
+
+    def _post_run_cell(self, _result: Any) -> None:
+        with self._lock:
+            ended, self._ends, self.running = self._ends, [], None
+        for _cell, fn in ended:
+            fn()
