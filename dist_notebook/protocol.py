@@ -97,6 +97,25 @@ class Record:
     data_time: float | None = None
     peak_mem: float | None = None
 
+    def to_wire(self) -> list[Any]:
+        """The record as a row of the wire (rank -> kernel): [step, time, step_time,
+        comm_time, samples, {metrics}, gpu, *STEP_MEASURES]; ``decode_message`` reads it."""
+        return [
+            self.step,
+            self.time,
+            self.step_time,
+            self.comm_time,
+            self.samples,
+            self.metrics,
+            self.gpu,
+            self.cpu_time,
+            self.run_delay,
+            self.load,
+            self.cores,
+            self.data_time,
+            self.peak_mem,
+        ]
+
     def to_json(self, seq: int | None = None) -> dict[str, Any]:
         """The record as the REST API and the live chart carry it (valid JSON)."""
         out: dict[str, Any] = {
@@ -162,25 +181,8 @@ def to_float(value: Any) -> float:
 # comm_time, samples, {metrics}, gpu, cpu_time, run_delay, load, cores, data_time,
 # peak_mem], ...], "end": bool}. "end" belongs to the message, not to a record, so no
 # metric name can end a rank's records. The step's measures came last, after gpu: a row
-# of 7 (an older rank's) has none, and entries past the known ones are ignored.
-def wire_row(rec: Record) -> list[Any]:
-    return [
-        rec.step,
-        rec.time,
-        rec.step_time,
-        rec.comm_time,
-        rec.samples,
-        rec.metrics,
-        rec.gpu,
-        rec.cpu_time,
-        rec.run_delay,
-        rec.load,
-        rec.cores,
-        rec.data_time,
-        rec.peak_mem,
-    ]
-
-
+# of 7 (an older rank's) has none, and entries past the known ones are ignored. A rank
+# builds its rows with Record.to_wire (engine/reporter.py); columns.py packs them.
 def wire_message(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -> dict:
     return {"v": PROTOCOL_VERSION, "run": run_id, "rank": rank, "records": rows, "end": end}
 

@@ -6,8 +6,9 @@ run's key (HMAC-SHA256) so the collector can drop anything that is not from this
 
 The training thread does as little as possible: it checks the step, turns the values into
 floats (a one-element tensor on a GPU is kept as it is and read by the sender, so report()
-never waits for the GPU) and appends one row to a deque (a few microseconds). A sender
-thread wakes every ``BATCH_SECONDS``, encodes the batch (binary columns,
+never waits for the GPU) and appends one ``protocol.Record`` to a deque (a few
+microseconds). A sender thread wakes every ``BATCH_SECONDS``, turns the batch into the
+protocol's rows (``Record.to_wire``), encodes them (binary columns,
 ``dist_notebook.columns``), signs it and hands it to ZMQ, so encoding, HMAC and ZMQ stay
 off the training loop and the kernel is woken once per batch, not per step.
 
@@ -78,17 +79,17 @@ class _Channel:
         self._progress = time.monotonic()  # when ZMQ last took a message
         self._held: list[bytes] | None = None  # a message ZMQ had no room for yet
         self._held_rows = 0  # and how many records it holds
-        self._queue: deque[list[Any]] = deque()
+        self._queue: deque[protocol.Record] = deque()
         self._room = threading.Condition()
         self._closing = threading.Event()
         self._sender = threading.Thread(target=self._run, name="dist-notebook-report", daemon=True)
         self._sender.start()
 
-    def send(self, row: list[Any]) -> None:
+    def send(self, record: protocol.Record) -> None:
         if len(self._queue) >= MAX_QUEUED and not self._wait_for_room():
             self.dropped += 1
             return
-        self._queue.append(row)  # deque.append is atomic: no lock on the training thread
+        self._queue.append(record)  # deque.append is atomic: no lock on the training thread
         self.sent += 1
 
     def _wait_for_room(self) -> bool:
@@ -139,7 +140,7 @@ class _Channel:
                 self._held_rows = 0
             rows: list[list[Any]] = []
             while self._queue and len(rows) < MAX_BATCH:
-                rows.append(_floats(self._queue.popleft()))
+                rows.append(_floats(self._queue.popleft()).to_wire())
             if not rows:
                 return True
             with self._room:
@@ -254,8 +255,22 @@ def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None
     count = None if samples is None else _value(samples)
     cpu_time, run_delay, load, cores, peak_mem = channel.measures.take()
     channel.send(
-        [step, now, step_time, comm_time, count, values, gpu]
-        + [cpu_time, run_delay, load, cores, data_time, peak_mem]
+        protocol.Record(
+            rank=channel.rank,
+            step=step,
+            time=now,
+            step_time=step_time,
+            comm_time=comm_time,
+            samples=count,
+            metrics=values,
+            gpu=gpu,
+            cpu_time=cpu_time,
+            run_delay=run_delay,
+            load=load,
+            cores=cores,
+            data_time=data_time,
+            peak_mem=peak_mem,
+        )
     )
 
 
@@ -283,11 +298,11 @@ def _payload(run_id: str, rank: int, rows: list[list[Any]], end: bool = False) -
     return payload
 
 
-def _floats(row: list[Any]) -> list[Any]:
-    """*row* with the tensors report() left for later read as floats (sender thread)."""
-    metrics = row[5]
+def _floats(record: protocol.Record) -> protocol.Record:
+    """*record* with the tensors report() left for later read as floats (sender thread)."""
+    metrics = record.metrics
     if any(not isinstance(v, float) for v in metrics.values()):
-        row[5] = {name: protocol.to_float(v) for name, v in metrics.items()}
-    if row[4] is not None and not isinstance(row[4], float):
-        row[4] = protocol.to_float(row[4])
-    return row
+        record.metrics = {name: protocol.to_float(v) for name, v in metrics.items()}
+    if record.samples is not None and not isinstance(record.samples, float):
+        record.samples = protocol.to_float(record.samples)
+    return record

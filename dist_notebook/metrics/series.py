@@ -106,11 +106,6 @@ class RunMetrics:
             log = self._logs.get(rank)
             return log.history() if log else []
 
-    def all_records(self) -> list[Record]:
-        """Every rank's history (as ``records``), rank by rank."""
-        with self._lock:
-            return [rec for r in sorted(self._logs) for rec in self._logs[r].history()]
-
     def series(self, rank: int, key: str) -> tuple[list[float], list[float]]:
         """(steps, values) of one user metric for one rank; non-finite values are kept."""
         xs, ys = [], []

@@ -19,7 +19,7 @@ import pytest
 
 from dist_notebook import columns, protocol
 from dist_notebook.engine.stepmeasures import StepMeasures
-from dist_notebook.protocol import STEP_MEASURES, Record, decode_message, wire_message, wire_row
+from dist_notebook.protocol import STEP_MEASURES, Record, decode_message, wire_message
 from dist_notebook.store.reader import StoreReader
 from dist_notebook.store.writer import StoreWriter
 
@@ -46,14 +46,14 @@ RECORDS = [measured(i, 0.001 * i if i % 2 else None) for i in range(6)]
 
 
 def test_columns_carry_the_measures_and_their_gaps() -> None:
-    payload = columns.encode("r", 1, [wire_row(r) for r in RECORDS])
+    payload = columns.encode("r", 1, [r.to_wire() for r in RECORDS])
     assert payload is not None
     rank, back, end = columns.decode(payload, columns.is_columns(payload), "r")
     assert (rank, end, back) == (1, False, RECORDS)
 
 
 def test_a_measure_no_record_has_is_left_out_of_the_columns() -> None:
-    rows = [wire_row(measured(i, None)) for i in range(3)]
+    rows = [measured(i, None).to_wire() for i in range(3)]
     payload = columns.encode("r", 1, rows)
     assert payload is not None
     head = json.loads(payload[: columns.is_columns(payload)])
@@ -73,7 +73,7 @@ def test_an_older_ranks_rows_of_seven_have_no_measures() -> None:
 
 
 def test_the_protocols_rows_carry_the_measures_with_null() -> None:
-    msg = json.loads(json.dumps(wire_message("r", 1, [wire_row(r) for r in RECORDS])))
+    msg = json.loads(json.dumps(wire_message("r", 1, [r.to_wire() for r in RECORDS])))
     assert decode_message(msg, "r")[1] == RECORDS
     served = RECORDS[0].to_json()
     assert served["cpu_time"] is None and served["peak_mem"] == 1.5e8
@@ -208,21 +208,23 @@ def test_peak_memory_is_the_steps_own(rusage: bool) -> None:
 def test_report_takes_data_time_out_of_the_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
     from dist_notebook.engine import reporter
 
-    sent: list[list[object]] = []
+    sent: list[Record] = []
 
     class Channel:
+        rank = 1
         last_time = None
         measures = StepMeasures()
 
-        def send(self, row: list[object]) -> None:
-            sent.append(row)
+        def send(self, record: Record) -> None:
+            sent.append(record)
 
     monkeypatch.setattr(reporter, "_channel", Channel())
     monkeypatch.setattr(reporter, "_step_hooks", [])
     reporter.report(step=1, loss=0.5, data_time=0.003)
     Channel.measures.close()
-    (row,) = sent
-    assert row[5] == {"loss": 0.5}
+    (record,) = sent
+    assert (record.rank, record.metrics, record.data_time) == (1, {"loss": 0.5}, 0.003)
+    row = record.to_wire()  # the row the sender ships, the measures after gpu
     assert dict(zip(STEP_MEASURES, row[7:], strict=True))["data_time"] == 0.003
     with pytest.raises(TypeError, match="report its .item"):
         monkeypatch.setattr(reporter, "_channel", Channel())

@@ -19,7 +19,6 @@ from dist_notebook.protocol import (
     can_move,
     decode_message,
     wire_message,
-    wire_row,
 )
 from dist_notebook.store import StoreReader, StoreWriter
 
@@ -46,7 +45,7 @@ def test_values_round_trip_through_valid_json(value: float | None) -> None:
 @pytest.mark.parametrize("name", [*protocol.SYSTEM_FIELDS, "seq", "end", "run", "metrics", "v"])
 def test_every_reserved_looking_name_is_an_ordinary_metric_on_the_wire(name: str) -> None:
     rec = Record(rank=1, step=3, time=10.0, step_time=0.5, metrics={name: 7.0})
-    msg = json.loads(json.dumps(wire_message("r", 1, [wire_row(rec)])))
+    msg = json.loads(json.dumps(wire_message("r", 1, [rec.to_wire()])))
     rank, (back,), end = decode_message(msg, "r")
     assert (rank, end, back) == (1, False, rec)
     served = rec.to_json(seq=4)
@@ -144,7 +143,7 @@ def test_gpu_samples_travel_and_are_summarised(tmp_path: Path) -> None:
     gpu = {"util": 0.93, "mem": 41.5 * 2**30, "power": 612.0}
     rec = Record(rank=0, step=1, time=5.0, step_time=0.2, samples=8, gpu=gpu)
     _, (back,), _ = decode_message(
-        json.loads(json.dumps(wire_message("r", 0, [wire_row(rec)]))), "r"
+        json.loads(json.dumps(wire_message("r", 0, [rec.to_wire()]))), "r"
     )
     assert back == rec
     writer = StoreWriter(tmp_path / "s.sqlite")
