@@ -9,6 +9,7 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
 import { CommandIDs } from './commands';
+import { formatNumber } from './chart/data';
 import { ChartView } from './chart/view';
 import { h, setText, syncChildren } from './dom';
 import { DistModel, isActive } from './model';
@@ -21,7 +22,7 @@ import {
   rankSet
 } from './nodes';
 import type { IRankSummary, IRunSummary } from './protocol';
-import { formatBytes, formatNumber } from './series';
+import { formatBytes } from './series';
 import { formatWhen, RunList } from './runlist';
 import { NO_SERVER_EXTENSION } from './request';
 import type { IClusterModel, IRankModel, IRunModel } from './contracts';

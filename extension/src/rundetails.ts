@@ -3,6 +3,7 @@
  * a table of each rank's result (state, steps, last loss, samples/s, error) and the
  * last lines of each rank's output.
  */
+import { formatNumber } from './chart/data';
 import { h, setText, syncChildren } from './dom';
 import type { IRankSummary, IRunSummary, JsonNumber } from './protocol';
 import type { IRunDetailModel, IRunRankModel } from './contracts';
@@ -102,14 +103,23 @@ export class RunDetails {
     m: IRankSummary | undefined
   ): void {
     row.dataset.state = r.state;
-    const cells = [
-      String(r.rank),
-      r.state,
-      m?.steps_done == null ? '–' : String(m.steps_done),
-      num(m?.last_loss),
-      num(m?.samples_per_s),
-      r.error ?? ''
-    ];
-    row.replaceChildren(...cells.map(text => h('td', '', text)));
+    row.replaceChildren(...rankCells(r, m).map(text => h('td', '', text)));
   }
+}
+
+/**
+ * The cells of a rank's row: rank, state, steps, last loss, samples/s, error. Samples/s
+ * is written as the chart's bars write it (formatNumber: 1244, 12.3k), so the table and
+ * the bar beside it read the same number.
+ */
+export function rankCells(r: IRunRankModel, m: IRankSummary | undefined): string[] {
+  const sps = m?.samples_per_s;
+  return [
+    String(r.rank),
+    r.state,
+    m?.steps_done == null ? '–' : String(m.steps_done),
+    num(m?.last_loss),
+    typeof sps === 'number' && Number.isFinite(sps) ? formatNumber(sps) : '–',
+    r.error ?? ''
+  ];
 }
