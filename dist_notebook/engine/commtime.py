@@ -37,7 +37,12 @@ boots (``watch_new_models``), so a model built in a ``%%dist`` cell before the r
 restored from a checkpoint, is known; where the engine did not boot through
 ``dist_notebook.boot.engine`` (an engine of the user's own), the first run's ``install()``
 patches them and finds the models built before by one scan of the garbage collector's
-objects (~50 ms with torch loaded, once per process).
+objects (~50 ms with torch loaded, once per process). Only the models that train in the
+run count: a watched model keeps its last step's timings in DDP's logging data for as long
+as it lives, so the models of earlier cells (notebook 4 keeps a dozen, one whose every
+bucket waited) added their last waits to every record, and the straggler read 100% comm
+share and 0 ms outside it; a model counts in a step only if DDP ran an iteration of it since
+the read before (on a GPU: if it was sampled since the run began).
 
 Why not a Python communication hook around the all-reduce: it runs on every bucket of
 every step (a Python call and a future callback on gloo's thread, holding the GIL) and
@@ -86,25 +91,40 @@ class _Estimate:
         self.next_read = 0.0
         self.reports = 0  # report() calls since iterations per report were last counted
         self.moved = 0  # DDP iterations since then
-        self.seen: dict[int, int] = {}  # id(model) -> last sampled iteration
+        # model -> its last sampled iteration; weak keys: a freed model's id may be reused
+        self.seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self.trained: weakref.WeakSet[Any] = weakref.WeakSet()  # sampled since the run began
+
+    def begin(self) -> None:
+        """At a run's start: note each watched model's last sample, so that only the
+        models that train in this run count (an earlier cell's model keeps its last step's
+        timings in DDP's logging data for as long as it lives)."""
+        for model in list(_models):
+            data = _logging_data(model, model not in _on_gpu)  # CPU: its last iteration's
+            self.seen[model] = int(data.get("iteration", 0))
 
     def read(self, now: float) -> None:
         """Fold in the samples DDP took since the last read."""
         self.next_read = now + REFRESH_SECONDS
         total, fresh, moved = 0.0, False, 0
         for model in list(_models):
-            data = _logging_data(model, model not in _on_gpu)
+            on_gpu = model in _on_gpu
+            data = _logging_data(model, not on_gpu)
             iteration = int(data.get("iteration", 0))
             comm_ns = data.get("backward_comm_time")
             if not comm_ns or iteration <= 0:
                 continue
-            total += waited_ns(comm_ns, data.get("backward_compute_comm_overlap_time")) / 1e9
-            last = self.seen.get(id(model))
+            last = self.seen.get(model)
             if last != iteration:
                 fresh = True
                 if last is not None:
                     moved = max(moved, iteration - last)
-                self.seen[id(model)] = iteration
+                self.seen[model] = iteration
+                self.trained.add(model)
+            elif not on_gpu or model not in self.trained:
+                # no iteration since the last read (CPU: none in this step): no wait
+                continue
+            total += waited_ns(comm_ns, data.get("backward_compute_comm_overlap_time")) / 1e9
         if fresh:
             old = self.per_iteration
             if old is None or not _on_gpu:
@@ -218,6 +238,7 @@ def install() -> None:
     _active = True
     with _lock:
         _estimate.reset()
+        _estimate.begin()
         _estimate.next_read = time.time()
     add_step_hook(comm_metrics)
 

@@ -29,13 +29,13 @@ def new_model():
     torch.manual_seed(0)
     return DDP(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)))
 
-def measured_run(steps, model=None, stall_at=None, stall=0.0, from_on=False):
+def measured_run(steps, model=None, stall_at=None, stall=0.0, from_on=False, sleeper=0):
     model = model if model is not None else new_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(dist.get_rank())
     x, y = torch.randn(32, 64, generator=g), torch.randint(0, 10, (32,), generator=g)
     for step in range(steps):
-        if dist.get_rank() == 0 and (step == stall_at or (from_on and step >= stall_at)):
+        if dist.get_rank() == sleeper and (step == stall_at or (from_on and step >= stall_at)):
             time.sleep(stall)
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -60,6 +60,14 @@ def costly_run(steps):
         loss.backward()
         opt.step()
         report(step=step, loss=loss.item(), samples=32, data_time=0.001 * step)
+
+def stalled_steps(model):
+    # DDP steps outside any run; in the last, rank 0 sleeps 0.3 s and rank 1 waits for it
+    for step in range(3):
+        if dist.get_rank() == 0 and step == 2:
+            time.sleep(0.3)
+        loss = nn.functional.cross_entropy(model(torch.randn(8, 64)), torch.randint(0, 10, (8,)))
+        loss.backward()
 """
 STEPS = 24
 
@@ -145,6 +153,24 @@ def test_a_model_restored_from_a_checkpoint_is_watched(defined: Any) -> None:
     )
     run = train(defined, "restored", f"measured_run({STEPS}, model=restored)")
     assert all(share is not None for share in shares(run)), shares(run)
+
+
+def test_a_model_that_does_not_train_in_the_run_adds_no_wait(defined: Any) -> None:
+    # Earlier cells' models stay alive and watched (notebook 4 keeps a dozen), their last
+    # step's timings in DDP's logging data; here rank 1 waited 0.3 s in that last step.
+    defined.run_cell_magic("dist", "", "earlier = new_model()\nstalled_steps(earlier)")
+    run = train(
+        defined,
+        "others-idle",
+        f"measured_run({STEPS}, stall_at=0, stall=0.04, from_on=True, sleeper=1)",
+    )
+    waited = comm_ms(run, 1)
+    steps = {r.step: r.step_time * 1e3 for r in run.records() if r.rank == 1 and r.step_time}
+    later = [waited[s] for s in range(1, STEPS)]
+    # rank 1 sleeps 40 ms a step: the others wait for it, it waits for nobody
+    assert statistics.median(later) < 20, f"rank 1's waits {waited}, steps {steps}"
+    flagged = [s.rank for s in run.summaries() if s.straggler]
+    assert flagged == [1], [(s.rank, s.comm_share, s.outside_comm_time) for s in run.summaries()]
 
 
 def test_an_engine_not_watching_from_boot_finds_the_models_built_before(defined: Any) -> None:

@@ -102,3 +102,35 @@ def test_on_a_gpu_samples_are_smoothed_and_read_at_most_every_refresh(model: Red
     later = 100.0 + commtime.REFRESH_SECONDS + 0.01
     assert commtime.comm_metrics(now=later)["comm_time"] == pytest.approx(0.020)  # halfway
     assert model.asked == 0, "on a GPU report() never has DDP read its CUDA events (a sync)"
+
+
+def test_a_model_that_does_not_train_in_the_run_adds_nothing(model: Reducer) -> None:
+    earlier = Reducer()  # an earlier cell's model: its last step waited 300 ms
+    earlier.step(300.0)
+    earlier.log_as_ddp()
+    commtime._models.add(earlier)
+    model.step(1.0)  # trained before the run too: counted once it trains in the run
+    commtime._estimate.begin()
+    got = []
+    for i in range(3):
+        model.step(4.0)
+        got.append(commtime.comm_metrics(now=100.0 + 0.01 * i)["comm_time"] * 1e3)
+    assert got == pytest.approx([4.0] * 3), "the idle model's 300 ms is no step of this run"
+    earlier.step(7.0)  # it trains again: its wait counts in that step only
+    model.step(4.0)
+    assert commtime.comm_metrics(now=101.0)["comm_time"] * 1e3 == pytest.approx(11.0)
+    model.step(4.0)
+    assert commtime.comm_metrics(now=101.01)["comm_time"] * 1e3 == pytest.approx(4.0)
+
+
+def test_on_a_gpu_only_the_models_sampled_in_the_run_count(model: Reducer) -> None:
+    commtime._on_gpu.add(model)
+    earlier = Reducer()
+    earlier.step(300.0)
+    earlier.log_as_ddp()
+    commtime._models.add(earlier)
+    commtime._on_gpu.add(earlier)
+    commtime._estimate.begin()
+    model.step(10.0)
+    model.log_as_ddp()
+    assert commtime.comm_metrics(now=100.0)["comm_time"] == pytest.approx(0.010)
