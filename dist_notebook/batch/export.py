@@ -102,6 +102,7 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
             nproc=nproc,
         ),
     )
+    _check_compiles(text, target)
     notes = list(plan.left_out)
     if spec.timeout:
         notes.append(
@@ -120,6 +121,20 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
         _write(sbatch_path, job_text.encode())
     written = (*literals, *pickled)
     return Exported(target, sbatch_path, values_path, plan, name, nproc, notes, batch, written)
+
+
+def _check_compiles(text: str, target: Path) -> None:
+    """ExportError, before any file is written, unless the script compiles as it is."""
+    try:
+        compile(text, str(target), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        where = f"line {e.lineno}: " if isinstance(e, SyntaxError) and e.lineno else ""
+        message = e.msg if isinstance(e, SyntaxError) else str(e)
+        raise ExportError(
+            f"the script would not compile ({where}{message}), so {target.name} was not"
+            " written: make the cells it names plain Python that runs outside a notebook,"
+            " run them again, then export"
+        ) from None
 
 
 def _target(options: Options) -> Path:

@@ -23,7 +23,7 @@ import io
 import math
 import tokenize
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import envvars
@@ -99,9 +99,10 @@ def _part(e: Any) -> Part:
 
 
 def check_python(part: Part) -> None:
-    """ExportError unless the cell is plain Python (a script cannot run IPython syntax)."""
+    """ExportError unless the cell is plain Python a script can run (no IPython syntax,
+    no ``await`` outside a function, which a rank's cell allows)."""
     try:
-        ast.parse(part.code)
+        tree = ast.parse(part.code)
     except SyntaxError as e:
         line = (e.text or "").strip() or f"line {e.lineno}"
         raise ExportError(
@@ -109,6 +110,52 @@ def check_python(part: Part) -> None:
             " IPython syntax such as !commands or %magics; rewrite that line in Python"
             " (subprocess.run for a shell command), run the cell again, then export"
         ) from None
+    try:
+        compile(tree, part.label, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        line = (e.text or "").strip() or f"line {e.lineno}"
+        fix = (
+            "put the awaits in an async def main() and call asyncio.run(main())"
+            if "await" in e.msg or "async" in e.msg
+            else "rewrite that line"
+        )
+        raise ExportError(
+            f"{part.label} does not compile as a script ({line!r}: {e.msg}): {fix}, run"
+            " the cell again, then export"
+        ) from None
+
+
+def split_future(code: str) -> tuple[list[str], str]:
+    """The cell's ``from __future__ import`` statements, and its code without them: in
+    a script they must come first, before the set-up (``compose`` puts them there). A
+    statement alone on its lines becomes a comment; one sharing a line (``;``) ``pass``."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return [], code  # check_python says why
+    found = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__"
+    ]
+    if not found:
+        return [], code
+    lines = code.splitlines(keepends=True)
+    statements: list[str] = []
+    for node in reversed(found):  # from the end: earlier positions stay valid
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        start, end = node.col_offset, node.end_col_offset or len(lines[last])
+        text = "".join(lines[first : last + 1])
+        head, tail = lines[first][:start], lines[last][end:]
+        statement = "from __future__ import " + ", ".join(a.name for a in node.names)
+        statements.insert(0, statement)
+        alone = not head.strip() and (not tail.strip() or tail.lstrip().startswith("#"))
+        if alone:
+            newline = "\n" if text.endswith("\n") else ""
+            lines[first : last + 1] = [f"{head}# {statement}: at the script's top{newline}"]
+        else:
+            lines[first : last + 1] = [head + "pass" + tail]
+    return statements, "".join(lines)
 
 
 def names_used(parts: Iterable[Part]) -> set[str]:
@@ -127,7 +174,10 @@ def literal(value: Any) -> str | None:
     """*value* as Python source that gives it back, or None (not plain data)."""
     if not _plain(value):
         return None
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4,300-digit limit for str(): pickled instead
+        return None
     if len(text) > LITERAL_MAX:
         return None
     try:
@@ -140,8 +190,10 @@ def literal(value: Any) -> str | None:
 def _plain(value: Any, depth: int = 0) -> bool:
     if depth > 20:
         return False
-    if value is None or type(value) in (bool, int, str, bytes):
+    if value is None or type(value) in (bool, str, bytes):
         return True
+    if type(value) is int:
+        return value.bit_length() <= LITERAL_MAX * 4  # repr() past that is refused or long
     if type(value) is float:
         return math.isfinite(value)
     if type(value) in (list, tuple, set):
@@ -202,7 +254,7 @@ The cells below replay what the notebook's ranks ran: the %%dist cells up to its
 %%dist_train (a re-run cell once, in its last version), that training, then the %%dist
 cells run after it.
 """
-from dist_notebook.batch import runtime
+{future}from dist_notebook.batch import runtime
 
 # The rank set-up of the notebook's cluster (threads, device, process group, its
 # backend and timeout), done before torch loads. threads=None: the host's cores over its
@@ -224,9 +276,26 @@ rank, world_size, local_rank, device = job.rank, job.world_size, job.local_rank,
 
 
 def compose(plan: Plan, script: Script) -> str:
+    """The script's text. Every name and path of ours in it is a ``repr()`` literal (or
+    made safe in the docstring), so none can add a line of code; the cells' ``from
+    __future__`` imports go to the top, where a script must have them."""
     stem = script.file_name[:-3] if script.file_name.endswith(".py") else script.file_name
+    future: list[str] = []
+
+    def hoisted(part: Part) -> Part:
+        statements, code = split_future(part.code)
+        future.extend(s for s in statements if s not in future)
+        return replace(part, code=code) if statements else part
+
+    plan = replace(
+        plan,
+        before=[hoisted(p) for p in plan.before],
+        train=hoisted(plan.train),
+        after=[hoisted(p) for p in plan.after],
+    )
     parts = [
         HEADER.format(
+            future="".join(f"{s}  # from the notebook's cells\n" for s in future),
             name=_doc(script.name),
             when=script.when,
             origin=_doc(script.origin),
@@ -250,8 +319,10 @@ def compose(plan: Plan, script: Script) -> str:
 
 
 def _doc(text: str) -> str:
-    """*text* safe inside the script's docstring."""
-    return text.replace("\\", "/").replace('"', "'")
+    """*text* safe inside the script's docstring: no backslash, quote or control
+    character (a newline, a NUL, a terminal escape) of it reaches the file."""
+    text = text.replace("\\", "/").replace('"', "'")
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _block(code: str) -> str:
@@ -283,7 +354,7 @@ def _train_section(part: Part, script: Script) -> str:
     body = indent(_block(part.code), "    ")
     if part.ranks is not None:
         body = f"    if rank in {tuple(part.ranks)!r}:\n" + indent(_block(part.code), "        ")
-    return f"# ---- {part.label}: recorded as run {script.name} ----\n{head}{body}"
+    return f"# ---- {part.label}: recorded as run {script.name!r} ----\n{head}{body}"
 
 
 def _where(part: Part) -> str:
