@@ -25,6 +25,13 @@ EXAMPLES = """
 """
 
 
+def shown(text: Any) -> str:
+    """*text* as it may reach a terminal: a control character of a run's name (an escape
+    that clears the screen or recolours it, a newline that fakes a row) is shown escaped,
+    as repr() writes it, never sent raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def parse_date(text: str) -> float:
     """'2026-11-01' or '2026-11-01T12:00' (local time) as epoch seconds."""
     try:
@@ -73,7 +80,7 @@ class RunsMagics(Magics):
         for r in _read(lambda reader: reader.runs(state=state)):
             took = f"{r['ended'] - r['started']:.1f} s" if r["ended"] else "-"
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
-            rows.append((r["name"], r["id"], r["state"], when, took))
+            rows.append((shown(r["name"]), shown(r["id"]), shown(r["state"]), when, took))
         if not rows:
             print("no runs yet: run a %%dist_train cell" if state is None else f"no {state} runs")
             return
@@ -87,11 +94,11 @@ class RunsMagics(Magics):
         live = [r for r in chosen if r["state"] in ("pending", "running")]
         if live:
             raise UsageError(
-                f"%dist_runs: run {live[0]['name']} ({live[0]['id']}) is {live[0]['state']}:"
+                f"%dist_runs: run {shown(live[0]['name'])} ({live[0]['id']}) is {live[0]['state']}:"
                 " stop it first (interrupt the kernel, or Stop in the panel)"
             )
         deleted = _write(lambda writer: writer.delete_runs([r["id"] for r in chosen]))
-        print(f"deleted {deleted} run{'s' if deleted != 1 else ''} named {name}")
+        print(f"deleted {deleted} run{'s' if deleted != 1 else ''} named {shown(name)}")
 
     def _prune(self, before: float) -> None:
         runs, clusters = _write(lambda writer: writer.prune(before))

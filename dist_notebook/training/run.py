@@ -65,8 +65,23 @@ class RunSpec:
             # A step is a 64-bit integer in the run store (report() refuses one beyond).
             if value is not None and not 1 <= value <= MAX_STEP:
                 raise ValueError(f"{flag} must be 1 to {MAX_STEP} (got {value})")
+        if self.name and self.checkpoint_dir is None and (self.checkpoint_every or self.resume):
+            checkpoint_folder(self.name)  # checkpoints/NAME: a name that leaves it is refused
         # ExportUnavailable (an ImportError naming the extra) before the run is recorded.
         check_exports(tensorboard=self.tensorboard, mlflow=self.mlflow)
+
+
+def checkpoint_folder(name: str) -> str:
+    """``checkpoints/NAME``, a run's checkpoints without --checkpoint-dir; ValueError for
+    a name that is no one folder's name there (``../..``, a ``/``, a control character),
+    which would put them elsewhere."""
+    seps = [s for s in (os.sep, os.altsep) if s]
+    if name in ("", ".", "..") or any(s in name for s in seps) or not name.isprintable():
+        raise ValueError(
+            f"--name {name!r} cannot name the checkpoint folder checkpoints/NAME: give a name"
+            " without '/' that is not '.' or '..', or --checkpoint-dir DIR"
+        )
+    return os.path.join("checkpoints", name)
 
 
 @dataclass
@@ -307,7 +322,7 @@ class TrainingRun:
         spec = self.spec
         directory = spec.checkpoint_dir
         if directory is None and (spec.checkpoint_every or spec.resume):
-            directory = os.path.join("checkpoints", self.name)
+            directory = checkpoint_folder(self.name)
         return {
             "every": spec.checkpoint_every,
             "directory": os.path.abspath(directory) if directory else None,
