@@ -109,3 +109,14 @@ def test_readme_lists_every_notebook() -> None:
     assert listed == [p.name for p in NOTEBOOKS], (
         f"notebooks/README.md lists {listed}, the folder holds {[p.name for p in NOTEBOOKS]}"
     )
+
+
+def test_docs_page_lists_every_notebook() -> None:
+    """The docs site's notebooks page names every notebook, in order, as the README does."""
+    page = NOTEBOOKS_DIR.parent / "docs" / "guides" / "notebooks.md"
+    listed = re.findall(
+        r"^\| \d+ \| `(\d\d_[a-z0-9_]+\.ipynb)` \|", page.read_text("utf-8"), flags=re.M
+    )
+    assert listed == [p.name for p in NOTEBOOKS], (
+        f"docs/guides/notebooks.md lists {listed}, the folder holds {[p.name for p in NOTEBOOKS]}"
+    )
