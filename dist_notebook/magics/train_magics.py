@@ -16,7 +16,7 @@ from ..export import ExportUnavailable
 from ..export import check as check_exports
 from ..store.recorder import record
 from ..training import RunSpec, RunState, TrainingRun
-from ..training.run import RunResult
+from ..training.run import RunResult, checkpoint_folder
 from .args import (
     HELP,
     MagicParser,
@@ -179,6 +179,11 @@ class TrainMagics(Magics):
                 "%%dist_train: checkpoints need a stable place: give --name NAME "
                 "(or --checkpoint-dir DIR) so a later --resume finds them"
             )
+        if (args.resume or args.checkpoint_every) and args.name and not args.checkpoint_dir:
+            try:  # checkpoints/NAME: a name that would put them elsewhere (../..) is refused
+                checkpoint_folder(args.name)
+            except ValueError as e:
+                raise UsageError(f"%%dist_train: {e}") from None
         spec = RunSpec(
             code=code,
             name=args.name or "",
