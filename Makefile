@@ -34,15 +34,26 @@ $(STAMP): pyproject.toml
 # JupyterLab opens a copy of the notebooks in workspace/ (gitignored): running them saves
 # outputs there, never into the checkout. Files already in workspace/ are kept (your work);
 # delete one to get a fresh copy of it. The solutions stay out of the copy.
+# The server runs in workspace/ with the environment's bin first on PATH, so a terminal
+# opened in JupyterLab starts there and runs `torchrun ...` as %dist_export prints it; a
+# bash terminal reads ~/.bashrc and then activates the environment (tools/lab-terminal.bashrc:
+# an rc file that puts other folders first would hide it). LAB_ARGS: more jupyter lab flags.
 WORKSPACE := workspace
+LAB_ARGS ?=
+LAB_ENV := $(abspath $(VENV))
+LAB_SHELL = $$( case "$${SHELL:-/bin/sh}" in *bash) \
+	echo "$$SHELL --rcfile $(CURDIR)/tools/lab-terminal.bashrc";; *) echo "$${SHELL:-/bin/sh}";; esac )
 
 lab: venv ext-build
-	@cd notebooks && find . -type f ! -path './solutions/*' ! -path '*/.ipynb_checkpoints/*' \
-		! -path './checkpoints/*' | while read -r f; do [ -e "../$(WORKSPACE)/$$f" ] || \
-		{ mkdir -p "../$(WORKSPACE)/$$(dirname "$$f")" && cp -p "$$f" "../$(WORKSPACE)/$$f"; }; done
+	@mkdir -p "$(WORKSPACE)" && dest="$$(cd "$(WORKSPACE)" && pwd)" && cd notebooks && \
+		find . -type f ! -path './solutions/*' ! -path '*/.ipynb_checkpoints/*' \
+		! -path './checkpoints/*' | while read -r f; do [ -e "$$dest/$$f" ] || \
+		{ mkdir -p "$$dest/$$(dirname "$$f")" && cp -p "$$f" "$$dest/$$f"; }; done
 	@echo "notebooks/ copied to $(WORKSPACE)/ (missing files only): run and edit them there"
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir=$(WORKSPACE) \
-		$$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+	cd "$(WORKSPACE)" && PATH="$(LAB_ENV)/bin:$$PATH" VIRTUAL_ENV="$(LAB_ENV)" \
+		"$(LAB_ENV)/bin/jupyter" lab --ip=127.0.0.1 --ServerApp.root_dir=. \
+		--ServerApp.terminado_settings="shell_command=$(LAB_SHELL)" \
+		$$( [ "$$(id -u)" = 0 ] && echo --allow-root ) $(LAB_ARGS)
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
