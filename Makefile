@@ -73,12 +73,12 @@ test-fast: venv
 
 lint: venv ext-lint
 	$(VENV)/bin/ruff check dist_notebook tests bench
-	$(VENV)/bin/ruff format --check dist_notebook tests
+	$(VENV)/bin/ruff format --check dist_notebook tests bench
 	$(VENV)/bin/mypy
 
 bench: venv
 	$(PIP) install -q -e ".[bench]"
-	$(PY) bench/run_all.py
+	$(PY) -m bench run --all
 
 # The docs site (docs/, built into docs/_build/html): warnings are errors (broken internal
 # links among them); the getting-started page runs in a fresh kernel with 2 CPU ranks and a

@@ -1,7 +1,7 @@
 """Cold start: from nothing to the first completed collective, 2 and 4 ranks.
 
-    python bench/cold_start.py                 # 2 and 4 ranks, 3 repetitions
-    python bench/cold_start.py --ranks 2 --reps 1
+    python -m bench run cold_start                 # 2 and 4 ranks, 3 repetitions
+    python -m bench run cold_start --ranks 2 --reps 1
 
 Each measurement is a fresh child process (so that importing IPython, torch and the
 tool counts alike for everyone); the clock starts just before the child is spawned and
@@ -39,13 +39,10 @@ import json
 import os
 import resource
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 METHODS = [
     "dist_notebook",
@@ -241,12 +238,11 @@ def child_ipyparallel(n: int) -> None:
 
 
 def one(method: str, n: int, timeout: float) -> dict[str, Any]:
-    here = str(Path(__file__).resolve())
     env = common.child_env(threads=None)
     if method == "torchrun":
-        cmd = common.torchrun_cmd(here, n, "--child", "torchrun_rank")
+        cmd = common.torchrun_cmd("cold_start", n, "--child", "torchrun_rank")
     else:
-        cmd = [common.PY, here, "--child", method, "--n", str(n)]
+        cmd = common.module_cmd("cold_start", "--child", method, "--n", str(n))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.Popen(

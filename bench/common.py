@@ -3,8 +3,8 @@
 Every benchmark of this folder compares the same work done by dist-notebook and by its
 peers (torchrun, accelerate's ``notebook_launcher``, nbdistributed, ipyparallel by hand),
 runs the sides interleaved (A B A B ...) so that drift in the machine's load falls on all
-of them, and writes ``bench/results/<name>.json``. ``bench/run_all.py`` runs them all and
-folds the results into ``bench/results/README.md``.
+of them, and writes ``bench/results/<name>.json``. ``python -m bench run --all``
+(``run_all.py``) runs the registry's set and folds the results into ``bench/results/README.md``.
 
 ``BENCH_QUICK=1`` (or ``--quick``) shrinks every repetition count: a smoke run.
 
@@ -36,7 +36,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results"
+# Where results go: bench/results/ (what the docs read), or BENCH_RESULTS, which
+# `python -m bench run --quick` points at a scratch folder so that a smoke run never
+# overwrites a figure the docs cite.
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or HERE / "results")
 PY = sys.executable
 # nbdistributed starts its workers with the bare command "python": the interpreter of
 # this environment must come first on PATH for them to find torch.
@@ -135,7 +138,7 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     payload = {"benchmark": name, **payload, "machine": machine()}
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print(f"wrote bench/results/{path.name}", flush=True)
+    print(f"wrote {path}", flush=True)
     return path
 
 
@@ -202,7 +205,14 @@ def run_child(
     return done
 
 
-def torchrun_cmd(script: Path | str, nproc: int, *args: str) -> list[str]:
+def module_cmd(module: str, *args: str) -> list[str]:
+    """The command that runs the harness's module *module* (``bench.<module>``) in a fresh
+    interpreter: run it with ``cwd=ROOT`` or :func:`child_env`'s ``PYTHONPATH``."""
+    return [PY, "-m", f"bench.{module}", *args]
+
+
+def torchrun_cmd(module: str, nproc: int, *args: str) -> list[str]:
+    """torchrun on one machine, *nproc* ranks, each running ``bench.<module>``."""
     return [
         PY,
         "-m",
@@ -210,7 +220,8 @@ def torchrun_cmd(script: Path | str, nproc: int, *args: str) -> list[str]:
         "--standalone",
         "--nproc-per-node",
         str(nproc),
-        str(script),
+        "-m",
+        f"bench.{module}",
         *args,
     ]
 

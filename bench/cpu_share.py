@@ -1,7 +1,7 @@
 """Where the cores go while a loop trains: CPU time per process and thread, per mode.
 
-    python bench/cpu_share.py                      # modes e d a c, 2 repetitions
-    python bench/cpu_share.py --modes ad --steps 2000
+    python -m bench run cpu_share                      # modes e d a c, 2 repetitions
+    python -m bench run cpu_share --modes ad --steps 2000
 
 The MLP loop of ``bench/train_overhead.py`` (2 ranks x 1 thread) runs as (a) ``%%dist_train``
 + report() every step + dashboard, (d) the same without the dashboard, (e) ``%%dist_train``
@@ -24,7 +24,6 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -33,12 +32,11 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_overhead as to  # noqa: E402
+from bench import common
+from bench import train_overhead as to
+from dist_notebook.magics.session import Session
 
-from dist_notebook.magics.session import Session  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "cpu_share.json"
+RESULTS = common.RESULTS / "cpu_share.json"
 
 
 class ThreadClock:

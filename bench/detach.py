@@ -1,7 +1,7 @@
 """What a kernel restart costs: attach to a detached cluster, or start the cluster again.
 
-    python bench/detach.py               # 10 rounds
-    python bench/detach.py --rounds 3    # (or BENCH_QUICK=1) fewer
+    python -m bench run detach               # 6 rounds
+    python -m bench run detach --rounds 3    # (or BENCH_QUICK=1) fewer
 
 Each round, interleaved, in a fresh process (as a restarted kernel is), timed from after
 ``import dist_notebook`` (which ``%load_ext`` costs either way): (a) attach to one
@@ -24,9 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import child_env, md_table, quick, stats, use_scratch_store, write_result  # noqa: E402
+from bench.common import child_env, md_table, quick, stats, use_scratch_store, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 

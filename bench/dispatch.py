@@ -1,7 +1,7 @@
 """Dispatch overhead of ``%%dist``: an empty cell through the magic vs raw ipyparallel.
 
-    python bench/dispatch.py                       # 2 and 4 ranks, 200 rounds each
-    python bench/dispatch.py --ranks 2 --iterations 50
+    python -m bench run dispatch                       # 2 and 4 ranks, 100 rounds each
+    python -m bench run dispatch --ranks 2 --iterations 50
 
 Both sides run on the SAME engines of one cluster, interleaved A B A B so that load
 from other processes falls on both alike:
@@ -26,12 +26,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import quick, quietly, shell, stats, use_scratch_store, write_result  # noqa: E402
+from bench.common import quick, quietly, shell, stats, use_scratch_store, write_result
 
 TARGET = 1.05
 

@@ -1,6 +1,6 @@
 """Does a rank's engine slow the user's own computation? One engine vs plain processes.
 
-    python bench/engine_compute.py [--reps 60] [--steps 600]
+    python -m bench run engine_compute [--reps 60] [--steps 600]
 
 The same compute-only training step (a 64-256-256-10 MLP, batch 64, SGD, one thread, no
 collective) runs in blocks of ``--steps`` steps in three places, interleaved block by
@@ -24,14 +24,10 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
-from common import PY, fmt, md_table  # noqa: E402
+from bench import common
+from bench.common import PY, fmt, md_table
 
 LOOP = """
 def compute_block(steps):

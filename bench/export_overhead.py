@@ -1,9 +1,9 @@
 """What ``%%dist_train --tensorboard`` (and ``--mlflow``) cost, side by side, and how long
 an export of a stored run takes.
 
-    python bench/export_overhead.py                       # 5 repetitions, 600 timed steps
-    python bench/export_overhead.py --reps 7 --mlflow     # MLflow's live cost too
-    python bench/export_overhead.py --records 100000      # export a 100,000-record run
+    python -m bench run export_overhead          # 5 repetitions, 600 timed steps, --mlflow
+    python -m bench run export_overhead --reps 7 # MLflow's live cost too
+    python -m bench run export_overhead --records 100000   # export a 100,000-record run
 
 Live: the same DDP loop as bench/train_overhead.py (an MLP of 256-wide layers, batch 64 a
 rank, 2 ranks, 1 thread each, ``report()`` every step) as ``%%dist_train --no-dashboard``
@@ -25,17 +25,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from common import interleave, md_table, stats, use_scratch_store, write_result  # noqa: E402
-from train_overhead import Notebook, loop_code, samples_per_s  # noqa: E402
+from bench.common import interleave, md_table, stats, use_scratch_store, write_result
+from bench.train_overhead import Notebook, loop_code, samples_per_s
 
 LABELS = {
     "off": "%%dist_train, report() every step",

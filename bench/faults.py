@@ -1,9 +1,7 @@
-"""Fault scenarios of issues #4 and #12, each measured once on a real cluster: what it costs.
+"""Fault scenarios, each measured once on a real cluster: what a failure costs the user.
 
-    python bench/faults.py               # every scenario, 50 start/stop cycles
-    python bench/faults.py --cycles 5    # (or BENCH_QUICK=1) fewer cycles
-    python bench/faults.py --only issue12  # the cases of issue #12 (bench/fault_cases.py)
-    python bench/faults.py --only issue23-store  # the run store's (bench/fault_store.py)
+    python -m bench run faults               # every scenario, 50 start/stop cycles
+    python -m bench run faults --cycles 5    # (or --quick) fewer cycles
 
 For each scenario: the time until the failure is reported (the cell fails, the report
 prints, the processes are gone), the time until the cluster takes a collective cell
@@ -26,9 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import md_table, quick, quietly, shell, use_scratch_store, write_result  # noqa: E402
+from bench.common import md_table, quick, quietly, shell, use_scratch_store, write_result
 
 ALL_REDUCE = "t = torch.ones(1) * (rank + 1)\ndist.all_reduce(t)\nassert int(t.item()) == 3"
 KILL_1_IN_LOOP = (
@@ -418,42 +414,12 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=5 if quick() else 50)
-    parser.add_argument(
-        "--only",
-        choices=("issue12", "issue4", "issue23-store", "issue23"),
-        help="run only the cases of that issue",
-    )
     args = parser.parse_args()
     use_scratch_store()
     store = os.environ["DIST_NOTEBOOK_STORE"]
     root = Path(tempfile.mkdtemp(prefix="dist-faults-"))
     os.chdir(root)
     b = Bench()
-    if args.only == "issue23":
-        import fault_cases23
-
-        b.start()
-        try:
-            fault_cases23.run(b)
-        finally:
-            b.stop_row()
-        report(b, 0, name="faults_issue23")
-        return
-    if args.only == "issue23-store":
-        issue23_store(b, store)
-        report(b, 0, name="faults_store")  # beside faults.json, not over it
-        return
-    from fault_cases import Issue12
-
-    if args.only != "issue4":
-        b.start()
-        try:
-            Issue12(b, root).run_all()
-        finally:
-            b.stop_row()
-    if args.only == "issue12":
-        report(b, args.cycles)
-        return
     b.start("--auto-restart")
     try:
         b.raise_in_collective()
@@ -474,22 +440,10 @@ def main() -> None:
     b.stop()
     b.kernels(root)
     b.cycles(args.cycles)
-    issue23_store(b, store)
     report(b, args.cycles)
 
 
-def issue23_store(b: Bench, store: str) -> None:
-    """The run store's faults of issue #23 (bench/fault_store.py), on a cluster of their own."""
-    from fault_store import store_rows
-
-    b.start()
-    try:
-        store_rows(b, store)
-    finally:
-        b.stop_row()
-
-
-def report(b: Bench, cycles: int, name: str = "faults") -> None:
+def report(b: Bench, cycles: int) -> None:
     def fmt(v: Any) -> str:
         return f"{v:.2f} s" if isinstance(v, float) else ("-" if v is None else str(v))
 
@@ -518,7 +472,7 @@ def report(b: Bench, cycles: int, name: str = "faults") -> None:
             rows,
         )
     )
-    write_result(name, {"rows": b.rows, "cycles": cycles})
+    write_result("faults", {"rows": b.rows, "cycles": cycles})
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """First calls: does the first ``%%dist_train`` and ``%dist_pull`` of a kernel cost what
 later ones do?
 
-    python bench/first_call.py              # 3 fresh kernels
-    python bench/first_call.py --reps 1 --think 0
+    python -m bench run first_call              # 2 fresh kernels
+    python -m bench run first_call --reps 1 --think 0
 
 Each repetition is a fresh child process (a new kernel): ``%dist_cluster start -n 2
 --cpu``, a pause of ``--think`` seconds (a user reading the start's output and typing the
@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 TRAIN = """
 import torch.nn as nn
@@ -71,9 +68,14 @@ def main() -> None:
         return
     runs: list[dict[str, list[float]]] = []
     for rep in range(args.reps):
-        cmd = [common.PY, __file__, "--child", "--think", str(args.think)]
+        cmd = common.module_cmd("first_call", "--child", "--think", str(args.think))
         done = subprocess.run(
-            cmd, env=common.child_env(threads=None), capture_output=True, text=True, timeout=400
+            cmd,
+            env=common.child_env(threads=None),
+            capture_output=True,
+            text=True,
+            timeout=400,
+            cwd=common.ROOT,
         )
         if done.returncode != 0:
             raise RuntimeError(done.stderr[-3000:])

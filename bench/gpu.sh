@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/gpu_env.sh
 # The GPU-marked tests (skipped on machines without GPUs), and the sampler's CPU-side ones.
-timeout "${GPU_TEST_TIMEOUT:-200}" python3 -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu \
+timeout "${GPU_TEST_TIMEOUT:-200}" "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider --confcutdir=tests/gpu \
   -k "not cpu_ranks" tests/gpu tests/unit/test_gpu.py 2>&1 | tail -15 || true
-timeout "${GPU_BENCH_TIMEOUT:-300}" python3 bench/gpu_check.py --reps "${GPU_REPS:-3}"
+timeout "${GPU_BENCH_TIMEOUT:-300}" "${PYTHON:-python3}" -m bench.gpu_check --reps "${GPU_REPS:-3}"

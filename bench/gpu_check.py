@@ -1,8 +1,8 @@
 """GPU check on one machine: NCCL cluster start, GPU metrics, and GPT-small in bf16
 through %%dist_train against the same loop under torchrun. Prints markdown tables.
 
-    python bench/gpu_check.py              # needs a CUDA GPU
-    python bench/gpu_check.py --reps 3     # interleaved rounds (default 3)
+    python -m bench.gpu_check              # needs a CUDA GPU
+    python -m bench.gpu_check --reps 3     # interleaved rounds (default 3)
 
 Each round runs, in turn (rotated every round so drift falls on all):
   torchrun     ``torchrun --nproc-per-node 1 bench/gpt_loop.py`` (the reference)

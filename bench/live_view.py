@@ -9,7 +9,7 @@ keeps every live-view element it sees. The kernel reports what the live view cos
 message polling: ``Dashboard.cost()``) and its own process CPU over the run, with the
 dashboard and with ``--no-dashboard``, runs interleaved.
 
-    .venv/bin/python bench/live_view.py [--steps 2000] [--reps 3] [--hogs 2]
+    .venv/bin/python -m bench run live_view [--steps 2000] [--reps 3] [--hogs 2]
 
 Writes bench/results/live_view.json. Figures: chart changes a second, p50/p95 from
 report() to drawn, the live view's kernel cost as a share of one core, whether the output
@@ -44,15 +44,13 @@ import secrets
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PY, RESULTS, cpu_hogs, free_port, percentile, quick, write_result  # noqa: E402
+from bench.common import PY, RESULTS, cpu_hogs, free_port, percentile, quick, write_result
 
 CHROMIUM = "/usr/bin/chromium"
 TRAIN = """%%dist_train --name {name} --steps {steps} {flags}

@@ -1,6 +1,6 @@
 """Resident memory per rank after start, against a bare ``import torch`` process.
 
-    python bench/memory.py                          # 2 ranks
+    python -m bench run memory                          # 2 ranks
 
   dist_notebook   each engine after ``%dist_cluster start -n 2 --cpu`` (torch imported,
                   gloo group created, rank namespace ready); plus every process the
@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 MIB = 2**20
 BARE = "import torch, sys, time; print('ready', flush=True); time.sleep(600)"

@@ -1,7 +1,7 @@
 """The metrics path alone: what one report() costs on a rank, and how soon the kernel has it.
 
-    python bench/metrics_latency.py                    # 2 ranks, 2000 records each
-    python bench/metrics_latency.py --records 10000
+    python -m bench run metrics_latency                    # 2 ranks, 2000 records each
+    python -m bench run metrics_latency --records 10000
 
 For each rate (a record every 1 ms, and as fast as the rank can send), both ranks of a
 2-rank CPU cluster call report() in a ``%%dist_train --no-dashboard`` run, timing each
@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "metrics_latency.json"
+from bench import common
+
+RESULTS = common.RESULTS / "metrics_latency.json"
 
 SEND = """
 import time

@@ -1,7 +1,7 @@
 """Metrics path: report() over ZMQ vs ipyparallel's publish_data, on the same 2 ranks.
 
-    python bench/metrics_overhead.py                # 3 repetitions
-    python bench/metrics_overhead.py --reps 1
+    python -m bench run metrics_overhead                # 3 repetitions
+    python -m bench run metrics_overhead --reps 1
 
 1. Cost per call on the engine: 2000 calls timed on each rank (report() inside a
    ``%%dist_train`` run; ``publish_data`` inside ``%%dist``, as ipyparallel requires).
@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from throughput import loop_code, samples_per_s  # noqa: E402
+from bench import common
+from bench.throughput import loop_code, samples_per_s
 
 PER_CALL = """
 import time

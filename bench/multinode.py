@@ -1,6 +1,6 @@
 """Two test hosts: our SSH cluster vs ``torchrun --nnodes 2 --rdzv-backend c10d``.
 
-    sudo .venv/bin/python bench/multinode.py [--reps 3] [--steps 300]
+    sudo .venv/bin/python -m bench run multinode [--reps 3] [--steps 300]
 
 Builds two test hosts (network namespaces with their own address, hostname and sshd, as
 tests/multinode does; needs root) and measures, interleaved, on one CPU rank per host:
@@ -22,7 +22,7 @@ Every side runs with one thread a rank and gloo on the hosts' eth0 (torchrun and
 are given GLOO_SOCKET_IFNAME=eth0; our ranks get it from the probe). Writes
 ``bench/results/multinode.json`` and prints the table.
 
-    sudo .venv/bin/python bench/multinode.py --scale [--reps 3]
+    sudo .venv/bin/python -m bench run multinode --scale [--reps 3]
 
 times ``%dist_cluster scale`` instead, on each launcher (ssh, mpi, Slurm where the test
 hosts can run them): a cluster of 2 hosts x 1 rank grows to 2 x 2 and shrinks back,
@@ -44,10 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
-from common import PY, fmt, md_table  # noqa: E402
+from bench import common
+from bench.common import PY, fmt, md_table
 
 TRAIN = """
 def make_trainer(batch=64):
@@ -268,7 +266,7 @@ def main_scale(reps: int) -> None:
     skipped: dict[str, str] = {}
     reason = why_not("ssh")
     if reason:
-        sys.exit(f"bench/multinode.py: {reason}")
+        sys.exit(f"bench multinode: {reason}")
     hosts = TestHosts(Path(tempfile.mkdtemp(prefix="dist-bench-hosts-"))).up()
     try:
         os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))

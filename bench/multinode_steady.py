@@ -1,6 +1,6 @@
 """Steady DDP throughput on two test hosts: ours, torchrun and a plain script, standing.
 
-    sudo .venv/bin/python bench/multinode_steady.py [--rounds 40] [--steps 500]
+    sudo .venv/bin/python -m bench run multinode_steady [--rounds 40] [--steps 500]
 
 ``bench/multinode.py`` starts every side afresh for each run, so each sample carries a
 new set of processes and whatever this shared machine does at that moment: single runs
@@ -28,16 +28,11 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
-import multinode  # noqa: E402
-from common import fmt, md_table  # noqa: E402
+from bench import common, multinode
+from bench.common import fmt, md_table
 
 # Rank 0 reads a block size per line from the bench ("0": done), rank 1 gets it by a
 # broadcast; rank 0 answers with the block's result.

@@ -1,9 +1,9 @@
 """Run every teaching notebook once, in order, and time it: the learner's path on this machine.
 
-    python bench/notebooks_gpu.py                    # all of notebooks/*.ipynb
-    python bench/notebooks_gpu.py --only 01,05       # some of them
-    python bench/notebooks_gpu.py --cpu              # hide the GPUs: 2 CPU ranks (gloo)
-    python bench/notebooks_gpu.py --start-args "-n 1"   # e.g. a 1-rank cluster on CPU
+    python -m bench run gpu_notebooks                    # all of notebooks/*.ipynb
+    python -m bench run gpu_notebooks --only 01,05       # some of them
+    python -m bench run gpu_notebooks --cpu              # hide the GPUs: 2 CPU ranks (gloo)
+    python -m bench run gpu_notebooks --start-args "-n 1"   # e.g. a 1-rank cluster on CPU
 
 Each notebook runs top to bottom on a fresh kernel of this interpreter, with nbclient, as
 ``tests/notebooks/runner.py`` runs it, but only the learner's path: every cell once, each
@@ -34,10 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-
-sys.path.insert(0, str(common.ROOT))
+from bench import common
 from tests.notebooks.runner import ExerciseRunner, NotebookFailure  # noqa: E402
 
 NOTEBOOKS = common.ROOT / "notebooks"

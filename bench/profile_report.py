@@ -1,6 +1,6 @@
 """Where report()'s cost goes: py-spy on the kernel and on rank 0 during a training run.
 
-    python bench/profile_report.py --mode a --seconds 12     # writes bench/results/profile_*.txt
+    python -m bench run profile_report --seconds 12   # writes bench/results/profile_*.txt
 
 Starts the same notebook as ``bench/train_overhead.py`` (2 CPU ranks, 1 thread each),
 runs its MLP loop as ``%%dist_train`` (mode a: report() every step and the dashboard;
@@ -22,12 +22,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_overhead as to  # noqa: E402
+from bench import common
+from bench import train_overhead as to
+from dist_notebook.magics.session import Session
 
-from dist_notebook.magics.session import Session  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = common.RESULTS
 
 
 def spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:

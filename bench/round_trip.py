@@ -1,7 +1,7 @@
 """Cell round trip on 2 and 4 ranks: an empty cell through each tool's cell magic.
 
-    python bench/round_trip.py                  # 2 and 4 ranks, 60 rounds a side
-    python bench/round_trip.py --ranks 2 --iterations 20
+    python -m bench run round_trip                  # 2 and 4 ranks, 40 rounds a side
+    python -m bench run round_trip --ranks 2 --iterations 20
 
 One IPython shell holds the three tools at once, each with its own N processes:
 
@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from cold_start import nbdistributed_stop, nbdistributed_wait_ready  # noqa: E402
+from bench import common
+from bench.cold_start import nbdistributed_stop, nbdistributed_wait_ready
 
 SIDES = ["dist_notebook", "ipyparallel", "nbdistributed"]
 

@@ -1,16 +1,16 @@
-"""Every side-by-side benchmark, one after the other, then one table: ``make bench``.
+"""``python -m bench run --all``: the registry's ``in_all`` benchmarks one after the other,
+then one table (``make bench``).
 
-    python bench/run_all.py                 # the full set, ~15-20 minutes on 2 cores
-    python bench/run_all.py --quick         # a smoke run of every part (BENCH_QUICK=1)
-    python bench/run_all.py --only memory,round_trip
-    python bench/run_all.py --table-only    # rebuild README.md from the JSON already there
+    python -m bench run --all                  # the full set, ~15-20 minutes on 2 cores
+    python -m bench run --all --quick          # a smoke run of every part, into a scratch folder
+    python -m bench run --all --only memory,round_trip
+    python -m bench run --all --table-only     # rebuild README.md from the JSON already there
 
 Each part runs as its own process (so one part's clusters and imports never weigh on the
 next) with a time budget; a part that fails or runs out of time is named in the table with
-the reason, never dropped. The parts write ``bench/results/<name>.json``; this script folds
-them, with ``dispatch.json`` and ``train_overhead.json`` (from ``bench/dispatch.py`` and
-``bench/train_overhead.py``) and the H200 table of ``gpu_h200.log``, into
-``bench/results/README.md`` and prints it.
+the reason, never dropped. The parts write ``bench/results/<name>.json``; this module folds
+them, with the H200 table of ``gpu_h200.log``, into ``bench/results/README.md`` and prints
+it.
 """
 
 from __future__ import annotations
@@ -19,56 +19,22 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from common import fmt, md_table  # noqa: E402
+from bench import common
+from bench.common import fmt, md_table
+from bench.registry import BENCHMARKS, Bench
 
-# (name, script, arguments, expected seconds, budget seconds). Expected: measured on a
-# 2-core machine under load from other work (about 15 min in all). The whole set must end
-# within TOTAL_S: each part may use its budget only while the expected time of the parts
-# still to come stays free; past that it is ended and named in the table.
-PARTS: list[tuple[str, str, list[str], int, int]] = [
-    # The parts with targets first (issue 14's cold start, dispatch, report() overhead,
-    # first calls), then the comparisons with peers, then the slow or memory-hungry ones.
-    ("memory", "memory.py", [], 20, 90),
-    ("cold_start", "cold_start.py", ["--reps", "3"], 450, 600),
-    ("dispatch", "dispatch.py", ["--iterations", "100", "--warmup", "10"], 20, 90),
-    (
-        "train_overhead",
-        "train_overhead.py",
-        ["--reps", "3", "--steps", "1500", "--modes", "abde"],
-        200,
-        400,
-    ),
-    ("first_call", "first_call.py", ["--reps", "2"], 90, 200),
-    ("round_trip", "round_trip.py", ["--iterations", "40"], 50, 150),
-    ("metrics_overhead", "metrics_overhead.py", ["--reps", "3"], 50, 120),
-    ("metrics_latency", "metrics_latency.py", [], 30, 90),
-    ("throughput", "throughput.py", ["--reps", "3"], 250, 480),
-    ("state_transfer", "state_transfer.py", ["--reps", "2"], 120, 200),
-    ("cpu_share", "cpu_share.py", ["--reps", "2", "--steps", "1500"], 120, 240),
-]
+# The whole set must end within TOTAL_S: each part may use its budget only while the
+# expected time of the parts still to come stays free; past that it is ended and named in
+# the table.
+PARTS: tuple[Bench, ...] = tuple(b for b in BENCHMARKS if b.in_all)
 TOTAL_S = 24 * 60
-QUICK_ARGS: dict[str, list[str]] = {
-    "dispatch": ["--iterations", "20", "--warmup", "5"],
-    "train_overhead": ["--reps", "1", "--steps", "150", "--modes", "abcde"],
-    "metrics_latency": ["--records", "500"],
-    "cold_start": ["--reps", "1"],
-    "round_trip": [],
-    "throughput": [],
-    "metrics_overhead": [],
-    "state_transfer": ["--mib", "256"],
-    "first_call": ["--reps", "1"],
-    "cpu_share": ["--reps", "1", "--steps", "400"],
-}
 
 README = common.RESULTS / "README.md"
-GPU_LOG = common.RESULTS / "gpu_h200.log"
+# The GPU figures come from the GPU machine (`python -m bench run gpu`), never from a quick run.
+GPU_LOG = common.HERE / "results" / "gpu_h200.log"
 
 LABELS = {
     "dist_notebook": "dist-notebook",
@@ -84,16 +50,15 @@ LABELS = {
 }
 
 
-def run_part(
-    name: str, script: str, args: list[str], budget: int, env: dict[str, str]
-) -> dict[str, Any]:
+def run_part(part: Bench, args: list[str], budget: int, env: dict[str, str]) -> dict[str, Any]:
     """Run one part in its own process group; on overrun end that group (and only it)."""
+    name = part.name
     t0 = time.perf_counter()
     log = common.RESULTS / f".{name}.log"
-    print(f"\n=== {name}: {script} {' '.join(args)} (budget {budget} s)", flush=True)
+    print(f"\n=== {name}: {part.target} {' '.join(args)} (budget {budget} s)", flush=True)
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            [common.PY, str(common.HERE / script), *args],
+            common.module_cmd(part.module or name, *args),
             cwd=common.ROOT,
             env=env,
             stdout=out,
@@ -225,7 +190,7 @@ def section_round_trip(d: dict[str, Any], dispatch: dict[str, Any] | None) -> st
             ]
             rows.append([label] + cells + ratio)
         text += (
-            "\n\nThe same on one cluster's engines, `bench/dispatch.py` "
+            "\n\nThe same on one cluster's engines, `python -m bench run dispatch` "
             f"({dispatch['results'][0]['iterations']} rounds; "
             "ratio to raw ipyparallel execute):\n\n"
         )
@@ -278,7 +243,7 @@ def section_throughput(d: dict[str, Any], train: dict[str, Any] | None) -> str:
             if k in modes
         ]
         text += (
-            f"\n\n`bench/train_overhead.py` (MLP, {train['config']['steps']} steps, "
+            f"\n\n`python -m bench run train_overhead` (MLP, {train['config']['steps']} steps, "
             f"{train['config']['reps']} runs each):\n\n"
         )
         text += md_table(["mode", "samples/s median", "runs", "vs torchrun"], rows)
@@ -329,7 +294,7 @@ def section_metrics(
     )
     if train:
         lat = train["latency_ms"]
-        text += "\n\nFrom `bench/train_overhead.py`:\n\n" + md_table(
+        text += "\n\nFrom `python -m bench run train_overhead`:\n\n" + md_table(
             ["latency (ms)", "p50", "p95", "n"],
             [
                 [label, fmt(lat[k]["p50"]), fmt(lat[k]["p95"]), lat[k]["n"]]
@@ -355,7 +320,7 @@ def section_metrics(
         pub = latency["publish_data_call_us"]
         rows.append(["publish_data (reference)", f"{pub['p50']:.1f} / {pub['p95']:.1f}", "-", "-"])
         text += (
-            f"\n\nFrom `bench/metrics_latency.py` "
+            f"\n\nFrom `python -m bench run metrics_latency` "
             f"({latency['config']['records_per_rank']} records a rank, `--no-dashboard`):\n\n"
         )
         text += md_table(
@@ -463,12 +428,12 @@ def section_first_call(d: dict[str, Any]) -> str:
 
 
 def section_cpu_share(d: dict[str, Any]) -> str:
-    import cpu_share
+    from bench import cpu_share
 
     text = cpu_share.table(d)
     return text + (
-        "\n\n`bench/cpu_share.py`: CPU seconds of each thread over the run's wall seconds "
-        "(0.010 is 1% of one core), medians of "
+        "\n\n`python -m bench run cpu_share`: CPU seconds of each thread over the run's wall "
+        "seconds (0.010 is 1% of one core), medians of "
         f"{d['config']['reps']} runs of {d['config']['steps']} steps per mode, interleaved."
     )
 
@@ -493,7 +458,7 @@ def section_gpu() -> str:
         if line.startswith(("ranks:", "NVML sampler cost", "start:", "params:"))
         or re.match(r"^\d+ passed", line)
     ]
-    out = f"`bench/gpu.sh` on {head[0].strip()} ({head[1].strip()}): GPT-small, bf16, "
+    out = f"`python -m bench run gpu` on {head[0].strip()} ({head[1].strip()}): GPT-small, bf16, "
     out += "batch 8 x 1024, one NCCL rank, "
     out += "`%%dist_train` with report() every step vs the same loop under torchrun.\n\n"
     out += "\n\n".join(tables)
@@ -533,7 +498,7 @@ gains on 2 cores.""",
     "intro": """
 Every comparison runs its sides interleaved (A B C, C B A, ...) so that the machine's load
 falls on all of them; numbers are medians, ratios are median over median. Regenerate with
-`make bench` (`python bench/run_all.py`); each part's raw numbers are in
+`make bench` (`python -m bench run --all`); each part's raw numbers are in
 `bench/results/<part>.json`. On a shared 2-core machine the load of other work shows as
 wide min-max spreads: read a difference between medians as real only where the spreads do
 not overlap.""",
@@ -570,14 +535,18 @@ def build(
     since: float | None,
     total: float | None,
     started: float | None = None,
+    measured_on: dict[str, Any] | None = None,
 ) -> str:
-    m = common.machine()
+    # The machine of the run (``--table-only``: of the last run, not of this one).
+    m = measured_on or common.machine()
     parts: list[str] = ["# Benchmarks: dist-notebook side by side with its peers", ""]
     parts.append(
         f"Machine: {m['cpus']} cores, {m['ram_gib']} GiB RAM, no GPU; Python {m['python']}, "
         f"torch {m['torch']}, ipyparallel {m['ipyparallel']}, accelerate {m['accelerate']}, "
         f"nbdistributed {m['nbdistributed']}, IPython {m['IPython']}; {m['platform']}; "
-        f"{m['date']}. Load average when the table was written: {m['load_average']}."
+        f"{m['date']}. Load average "
+        f"{'at the end of that run' if measured_on else 'when the table was written'}: "
+        f"{m['load_average']}."
     )
     parts.append(note("intro"))
     if total is not None:
@@ -589,7 +558,7 @@ def build(
         parts.append(f"\nParts that did not finish: {listed}.")
 
     def add(title: str, name: str, render: Any, *extra: Any) -> None:
-        parts.append(f"\n## {title}\n")
+        parts.append(f"\n## {title}\n\n`python -m bench run {name}`\n")
         d = load(name, since)
         if d is None:
             why_not = status.get(name, {}).get("status", "not run")
@@ -644,12 +613,18 @@ def main() -> None:
         help=f"time for the whole set (default {TOTAL_S // 60}); parts past it are ended",
     )
     args = parser.parse_args()
+    names = [p.name for p in PARTS]
+    unknown = sorted(set(args.only.split(",")) - set(names)) if args.only else []
+    if unknown:
+        parser.error(f"no part {', '.join(unknown)} in --all: --only takes {','.join(names)}")
 
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     if args.table_only:
         last = common.RESULTS / "run_all.json"
         run = json.loads(last.read_text()) if last.exists() else {}
-        text = build(run.get("parts", {}), None, run.get("total_seconds"))
+        text = build(
+            run.get("parts", {}), None, run.get("total_seconds"), measured_on=run.get("machine")
+        )
         README.write_text(text)
         print(text)
         return
@@ -661,13 +636,13 @@ def main() -> None:
     started = time.time()
     t0 = time.perf_counter()
     status: dict[str, dict[str, Any]] = {}
-    chosen = [p for p in PARTS if not wanted or p[0] in wanted]
-    for i, (name, script, part_args, _, budget) in enumerate(chosen):
-        if args.quick:
-            part_args = QUICK_ARGS.get(name, part_args)
-        later = sum(p[3] for p in chosen[i + 1 :])
+    chosen = [p for p in PARTS if not wanted or p.name in wanted]
+    for i, part in enumerate(chosen):
+        part_args = list(part.quick if args.quick else part.args)
+        later = sum(p.expected_s for p in chosen[i + 1 :])
         left = args.minutes * 60 - (time.perf_counter() - t0) - later
-        status[name] = run_part(name, script, part_args, int(max(30, min(budget, left))), env)
+        budget = int(max(30, min(part.budget_s, left)))
+        status[part.name] = run_part(part, part_args, budget, env)
     total = time.perf_counter() - t0
     (common.RESULTS / "run_all.json").write_text(
         json.dumps(
@@ -686,7 +661,7 @@ def main() -> None:
     text = build(status, None if wanted else started - 1, total, started - 1)
     README.write_text(text)
     print("\n" + text)
-    print(f"total {total / 60:.1f} min; table in bench/results/README.md")
+    print(f"total {total / 60:.1f} min; table in {README}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """At scale: the control plane from 2 to 64 local CPU ranks, side by side with the peers.
 
-    python bench/scale.py                                   # every part, 2..64 ranks
-    python bench/scale.py --parts ingest,summary,live --reps 3
-    python bench/scale.py --parts dispatch,start --ranks 2,8 --reps 1
+    python -m bench run scale                                   # every part, 2..64 ranks
+    python -m bench run scale --parts ingest,summary,live --reps 3
+    python -m bench run scale --parts dispatch,start --ranks 2,8 --reps 1
 
 Parts (each repeated ``--reps`` times; the tables give the median and the spread, min-max):
 
@@ -49,9 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
+from bench import common
 
 PARTS = ("start", "dispatch", "ingest", "summary", "live")
 SIZES = "2,8,16,32,64"
@@ -190,11 +188,12 @@ def _kernel_side(ranks: int, store: Path) -> tuple[Any, Any, bytes]:
 
 
 def _senders(endpoint: str, key: bytes, ranks: int, procs: int, extra: list[str]) -> list[Any]:
-    here = str(Path(__file__).resolve())
     per = -(-ranks // procs)
     children = []
     for first in range(0, ranks, per):
-        cmd = [common.PY, here, "--child", "sender", "--endpoint", endpoint, "--key", key.hex()]
+        cmd = common.module_cmd(
+            "scale", "--child", "sender", "--endpoint", endpoint, "--key", key.hex()
+        )
         cmd += ["--first", str(first), "--count", str(min(per, ranks - first)), *extra]
         children.append(
             subprocess.Popen(
@@ -404,7 +403,7 @@ def part_live(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def part_start(args: argparse.Namespace) -> dict[str, Any]:
-    import cold_start
+    from bench import cold_start
 
     res: dict[int, dict[str, list[Any]]] = {}
     for n in args.sizes:
@@ -737,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
         res = {k: v for k, v in json.loads(done.read_text()).items() if k != "machine"}
     parts = {"start": part_start, "dispatch": part_dispatch, "ingest": part_ingest}
     parts.update(summary=part_summary, live=part_live)
-    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench run scale " + " ".join(argv if argv is not None else sys.argv[1:])
     for name in args.parts.split(","):
         res[name] = parts[name](args)
         res.setdefault("commands", {})[name] = f"{command} ({common.machine()['date']})"

@@ -1,7 +1,7 @@
 """32 ranks over four test hosts (8 a host): the ssh launcher and Slurm, each start timed.
 
-    sudo .venv/bin/python bench/scale_hosts.py [--reps 3] [--launchers ssh,slurm,local]
-    sudo .venv/bin/python bench/scale_hosts.py --hosts 4 --per-host 8 --steps 20
+    sudo .venv/bin/python -m bench run scale_hosts [--reps 3] [--launchers ssh,slurm,local]
+    sudo .venv/bin/python -m bench run scale_hosts --hosts 4 --per-host 8 --steps 20
 
 Builds four test hosts as tests/multinode does (network namespaces with their own
 address, hostname, PID namespace and sshd, or munged/slurmctld/slurmd; needs root; the
@@ -45,10 +45,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
-from common import fmt, md_table  # noqa: E402
+from bench import common
+from bench.common import fmt, md_table
 
 # DDP over a 2-layer MLP, report() each step: the training tests' own cell.
 from tests.training.conftest import TRAIN_CELL as TRAIN  # noqa: E402
@@ -570,7 +568,7 @@ def main() -> None:
     print(text, flush=True)
     for kind, why in failed.items():
         print(f"{kind}: failed: {why}", flush=True)
-    command = "sudo .venv/bin/python bench/scale_hosts.py " + " ".join(sys.argv[1:])
+    command = "sudo .venv/bin/python -m bench run scale_hosts " + " ".join(sys.argv[1:])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     md = f"`{command.strip()}` ({stamp}, load at the end {load})\n\n{text}\n"

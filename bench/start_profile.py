@@ -1,8 +1,8 @@
 """Where a cold start's time and CPU go: the timeline of ``%dist_cluster start`` and the CPU
 seconds of every process it started, at the moment the first all_reduce has completed.
 
-    python bench/start_profile.py            # 2 and 4 ranks, one fresh child each
-    python bench/start_profile.py --ranks 4
+    python -m bench run start_profile            # 2 and 4 ranks, one fresh child each
+    python -m bench run start_profile --ranks 4
 
 Each size runs in a fresh child process (as ``bench/cold_start.py``): an IPython shell,
 ``%load_ext dist_notebook``, the start with its progress lines time-stamped, then one
@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 ALL_REDUCE = "t = torch.ones(1); dist.all_reduce(t); assert int(t.item()) == world_size"
 
@@ -107,7 +104,7 @@ def main() -> None:
     for n in [int(x) for x in args.ranks.split(",")]:
         t0 = time.time()
         done = subprocess.run(
-            [common.PY, __file__, "--child", str(n), "--spawned", repr(t0)],
+            common.module_cmd("start_profile", "--child", str(n), "--spawned", repr(t0)),
             env=common.child_env(threads=None),
             capture_output=True,
             text=True,

@@ -1,6 +1,6 @@
 """Where a cold many-rank start's time goes, phase by phase and engine by engine.
 
-    python bench/start_timeline.py --ranks 64 [--reps 1] [--sides ours,torchrun]
+    python -m bench run start_timeline --ranks 64 [--reps 1] [--sides ours,torchrun]
 
 Each start is a fresh child process (as ``bench/cold_start.py``): an IPython shell,
 ``%load_ext dist_notebook`` (which starts the fork server), ``DistCluster.start`` with its
@@ -30,14 +30,11 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 ALL_REDUCE = (
     "import sys, torch, torch.distributed as dist\n"
@@ -192,7 +189,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.spawned)
         return
-    import cold_start
+    from bench import cold_start
 
     results: dict[str, list[Any]] = {s: [] for s in args.sides.split(",")}
     for rep in range(args.reps):
@@ -204,7 +201,9 @@ def main() -> None:
                 continue
             t0 = time.time()
             done = subprocess.run(
-                [common.PY, __file__, "--child", str(args.ranks), "--spawned", repr(t0)],
+                common.module_cmd(
+                    "start_timeline", "--child", str(args.ranks), "--spawned", repr(t0)
+                ),
                 env=common.child_env(threads=None),
                 capture_output=True,
                 text=True,

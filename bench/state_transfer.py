@@ -1,7 +1,7 @@
 """State transfer: a state dict from the notebook to every rank, 4 ranks.
 
-    python bench/state_transfer.py                  # 1 GiB, 3 repetitions
-    python bench/state_transfer.py --mib 256 --reps 1
+    python -m bench run state_transfer                  # 1 GiB, 2 repetitions
+    python -m bench run state_transfer --mib 256 --reps 1
 
   push       ``%dist_push sd``: the kernel's state dict (float32 tensors of 64 MiB each)
              cloudpickled and sent to every rank through ipyparallel
@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 RANKS = 4
 TENSOR_MIB = 64

@@ -1,8 +1,8 @@
 """What report()'s step measures cost a training step: the new ones beside the former.
 
-    python bench/step_measures.py              # 16 rounds
-    python bench/step_measures.py --hogs 2     # beside two busy processes
-    BENCH_QUICK=1 python bench/step_measures.py
+    python -m bench run step_measures              # 16 rounds
+    python -m bench run step_measures --hogs 2     # beside two busy processes
+    BENCH_QUICK=1 python -m bench run step_measures
 
 Two CPU ranks (gloo, one thread each) train the issue's MLP (256 -> 1024 -> 256, batch 64,
 ~20 ms a step) under DDP. In each round every side runs a block of steps, the sides
@@ -28,14 +28,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common  # noqa: E402
+from bench import common
 
 SIDES = ["bare", "former", "new"]
 ROUNDS = 2 if common.quick() else 16

@@ -12,8 +12,8 @@ bucket launch), the skew between the ranks and each rank's own work outside it. 
 the rule over every 20-record window of the run (what the live view showed as it went):
 the largest share of steps waited for, and of ``others_wait / step``, of each rank.
 
-    .venv/bin/python bench/straggler.py [--reps 5] [--hogs 0 2] [--kinds healthy starved]
-    .venv/bin/python bench/straggler.py --hogs 2 --keep   # add the 2-hog runs to the stored
+    .venv/bin/python -m bench run straggler [--reps 5] [--hogs 0 2] [--kinds healthy starved]
+    .venv/bin/python -m bench run straggler --hogs 2 --keep   # add the 2-hog runs to the stored
 
 Kinds of run: ``healthy`` (identical ranks), ``sleep`` (rank 1 sleeps 30 ms a step),
 ``shard`` (rank 1's batch is 4 x the others': a heavier shard), ``starved`` (each rank's
@@ -31,10 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from pathlib import Path
 from typing import Any
 
-from common import cpu_hogs, machine, quietly, shell, use_scratch_store, write_result
+from bench.common import RESULTS, cpu_hogs, machine, quietly, shell, use_scratch_store, write_result
 
 DEFINE = r"""
 import os, subprocess, sys, time, torch, torch.nn as nn, torch.distributed as dist
@@ -102,7 +101,7 @@ def bench_loop(steps, kind):
 """
 
 STEPS = 40
-RESULT = Path(__file__).resolve().parent / "results" / "straggler.json"
+RESULT = RESULTS / "straggler.json"
 
 
 def window_extremes(records: list[Any]) -> dict[int, dict[str, float]]:

@@ -1,7 +1,7 @@
 """Training throughput of one loop run five ways, 2 ranks, 1 thread a rank.
 
-    python bench/throughput.py                      # MLP and CNN, 3 repetitions
-    python bench/throughput.py --models mlp --reps 1
+    python -m bench run throughput                      # MLP and CNN, 3 repetitions
+    python -m bench run throughput --models mlp --reps 1
 
 The same loop text (``loop_code``) runs everywhere; only the launcher differs:
 
@@ -27,13 +27,11 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from bench import common
 
 MODES = ["dist_train", "torchrun", "accelerate", "nbdistributed", "single"]
 STEPS = {"mlp": 800, "cnn": 240}  # about 4 s and 6 s of loop at 2 ranks on 2 cores
@@ -148,12 +146,11 @@ def child_accelerate() -> None:
 
 
 def run_child(kind: str, cfg: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
-    here = str(Path(__file__).resolve())
     env = common.child_env(threads=1, BENCH_LOOP=json.dumps(cfg))
     if kind == "torchrun":
-        cmd = common.torchrun_cmd(here, 2, "--child", "torchrun_rank")
+        cmd = common.torchrun_cmd("throughput", 2, "--child", "torchrun_rank")
     else:
-        cmd = [common.PY, here, "--child", kind]
+        cmd = common.module_cmd("throughput", "--child", kind)
     done = subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=common.ROOT
     )

@@ -1,7 +1,7 @@
 """What ``%%dist_train`` costs: the same DDP loop run three ways, side by side.
 
-    python bench/train_overhead.py                 # 3 repetitions, 600 timed steps
-    python bench/train_overhead.py --reps 5 --steps 1000
+    python -m bench run train_overhead                 # 3 repetitions, 1500 timed steps, modes abde
+    python -m bench run train_overhead --reps 5 --steps 1000
 
 (a) ``%%dist_train`` with ``report()`` every step and the live dashboard drawing
     (an IPython shell from ``start_ipython``: the widgets render into the void but every
@@ -43,8 +43,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "train_overhead.json"
+from bench import common
+
+RESULTS = common.RESULTS / "train_overhead.json"
 
 # The loop, shared verbatim by the three modes. REPORT is replaced by a report() call
 # for (a) and by nothing for (b) and (c). bench_result holds rank 0's timing.
