@@ -160,7 +160,12 @@ class Health:
         if not cluster.engines.started:
             return {}
         if not cluster.spec.engines.on_this_machine:
-            return lost_ranks(cluster.ranks, set(cluster.client.ids) if cluster.client else set())
+            lost = lost_ranks(cluster.ranks, set(cluster.client.ids) if cluster.client else set())
+            # A launcher that hears of its engines' ends (Ray's actors) says how each ended.
+            ended = getattr(cluster.spec.engines, "ended_ranks", None)
+            if ended is not None:
+                lost.update(ended(cluster.ranks, cluster.engines.engine_sets()))
+            return lost
         dead = {}
         for set_id, engine_set in cluster.engines.engine_sets():
             offset = int(engine_set.environment.get(envvars.RANK_OFFSET, "0"))

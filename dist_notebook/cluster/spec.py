@@ -47,6 +47,12 @@ class ClusterSpec:
     time_limit: str = ""
     account: str = ""
     launcher_config: dict = field(default_factory=dict)
+    # --launcher ray (cluster/rayengines): the Ray cluster ("": RAY_ADDRESS, else one
+    # running here), each rank's bundle, and "pack" / "spread" (--pack, --spread).
+    ray_address: str = ""
+    cpus_per_rank: float = 1.0
+    gpus_per_rank: int = 0
+    ray_placement: str = ""
     # Set by scale: the rank count changed between cells, so Slurm's ranks need not
     # split evenly over --nodes any more (each job that scale adds has its own layout).
     scaled: bool = False
@@ -69,7 +75,7 @@ class ClusterSpec:
             raise ClusterConfigError(
                 f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})"
             )
-        if self.backend == "nccl" and not (self.gpus or self.gpus_per_node):
+        if self.backend == "nccl" and not (self.gpus or self.gpus_per_node or self.gpus_per_rank):
             raise ClusterConfigError(
                 "--backend nccl needs GPUs: pass --gpus, or use --backend gloo for CPU ranks"
             )
@@ -93,7 +99,7 @@ class ClusterSpec:
         """nccl when every rank has a GPU, else gloo (for ``auto``)."""
         if self.backend != "auto":
             return self.backend
-        return "nccl" if self.gpus or self.gpus_per_node else "gloo"
+        return "nccl" if self.gpus or self.gpus_per_node or self.gpus_per_rank else "gloo"
 
     @property
     def engines(self) -> EnginesStrategy:

@@ -44,6 +44,7 @@ EXAMPLES = """
   %dist_cluster start -n 4 --cpu       4 CPU ranks with gloo
   %dist_cluster start --gpus 0,1       ranks on GPUs 0 and 1
   %dist_cluster start --launcher slurm --nodes 2 --gpus-per-node 4
+  %dist_cluster start --launcher ray -n 4 --gpus-per-rank 1 --spread
   %dist_cluster status                 the table of ranks (beyond 8: of nodes)
   %dist_cluster status --all           a row per rank, however many
   %dist_cluster restart [--all]        replace dead ranks (or every engine)
@@ -228,7 +229,7 @@ class ClusterMagics(Magics):
     @argument(
         "--launcher",
         default="local",
-        choices=("local", "mpi", "ssh", "slurm"),
+        choices=("local", "mpi", "ssh", "slurm", "ray"),
         help="ipyparallel launcher (default: local, this machine)",
     )
     @argument(

@@ -9,7 +9,7 @@ from IPython.core.error import UsageError
 from ..cluster import ClusterConfigError
 from ..cluster.engines import strategy_for
 from ..cluster.hosts import HostsError, listen_ip
-from ..cluster.spec import remote_spec
+from ..cluster.spec import ClusterSpec, remote_spec
 from .args import MagicParser, positive_int
 
 if TYPE_CHECKING:
@@ -36,6 +36,33 @@ def add_remote_flags(p: MagicParser) -> None:
     p.add_argument("--partition", help="slurm: partition (default: Slurm's default partition)")
     p.add_argument("--time", help="slurm: time limit, e.g. 1:00:00 (default: the partition's)")
     p.add_argument("--account", help="slurm: account to charge (default: your default account)")
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="ray: the Ray cluster, HOST:PORT or ray://HOST:PORT (default: RAY_ADDRESS, else "
+        "a Ray cluster running here)",
+    )
+    p.add_argument(
+        "--gpus-per-rank",
+        type=positive_int,
+        metavar="K",
+        help="ray: GPUs of each rank's Ray bundle (default: none, CPU ranks)",
+    )
+    placement = p.add_mutually_exclusive_group()
+    placement.add_argument(
+        "--pack",
+        dest="placement",
+        action="store_const",
+        const="pack",
+        help="ray: every rank on one Ray node, STRICT_PACK (default: PACK, as few nodes as fit)",
+    )
+    placement.add_argument(
+        "--spread",
+        dest="placement",
+        action="store_const",
+        const="spread",
+        help="ray: the ranks over as many Ray nodes as can take them, SPREAD (default: PACK)",
+    )
 
 
 def local_ip(args: Any) -> str:
@@ -49,8 +76,10 @@ def remote_cluster_spec(args: Any) -> Any:
     if strategy_for(args.launcher).on_this_machine:
         flag = "--hosts" if args.hosts else "--nodes"
         raise UsageError(f"{flag} needs a remote launcher: add --launcher ssh, mpi or slurm")
+    # A launcher with flags of its own (--launcher ray) builds its spec from them.
+    own = getattr(strategy_for(args.launcher), "spec_from_flags", None)
     try:
-        return remote_spec(args)
+        return ClusterSpec(**own(args)) if own is not None else remote_spec(args)
     except (HostsError, ClusterConfigError) as e:
         raise UsageError(str(e)) from None
 

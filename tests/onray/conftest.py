@@ -11,7 +11,9 @@ no 0: a free port found now. Its files go to a private temporary folder.
 
 from __future__ import annotations
 
+import atexit
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -27,6 +29,18 @@ import pytest
 # This process imports Ray now (below) and connects to the loopback head later: Ray
 # keeps 127.0.0.1 only if this is set before it is imported (rayconnect.py).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Token authentication, with a token of the tests' own: the head, this process (it is
+# read when Ray is imported), the tests' subprocesses and the Ray workers share it, and
+# no token of this machine's (~/.ray/auth_token, RAY_AUTH_TOKEN) is taken for it.
+_TOKEN_DIR = tempfile.mkdtemp(prefix="ray-token-")
+atexit.register(shutil.rmtree, _TOKEN_DIR, True)
+os.environ.pop("RAY_AUTH_TOKEN", None)
+os.environ["RAY_AUTH_MODE"] = "token"
+os.environ["RAY_AUTH_TOKEN_PATH"] = os.path.join(_TOKEN_DIR, "auth_token")
+with os.fdopen(
+    os.open(os.environ["RAY_AUTH_TOKEN_PATH"], os.O_CREAT | os.O_WRONLY, 0o600), "w"
+) as f:
+    f.write(secrets.token_hex(32))
 pytest.importorskip("ray")
 
 START_TIMEOUT_S = 150.0
@@ -40,6 +54,8 @@ def _free_port() -> int:
 
 
 def head_env(temp: str) -> dict[str, str]:
+    """The environment of a Ray process of the tests: no address, its files in *temp*
+    (the tests' token: see above)."""
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
     env["RAY_USAGE_STATS_ENABLED"] = "0"

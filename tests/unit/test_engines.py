@@ -31,7 +31,7 @@ def _spec(launcher: str, **kw: object) -> ClusterSpec:
 
 
 def test_one_strategy_per_launcher_the_spec_accepts() -> None:
-    assert set(LAUNCHERS) == set(engines.STRATEGIES) == {"local", "ssh", "mpi", "slurm"}
+    assert set(LAUNCHERS) == set(engines.STRATEGIES) == {"local", "ssh", "mpi", "slurm", "ray"}
     for name in LAUNCHERS:
         assert strategy_for(name).name == name
         assert _spec(name).engines is strategy_for(name)

@@ -9,6 +9,9 @@ share (how a scale removes and adds their engines) in ``remote.py``.
 
 from __future__ import annotations
 
+# (The Ray launcher is a package of its own, cluster/rayengines; it imports Ray only
+# when a Ray cluster starts.)
+from ..rayengines.strategy import RayEngines
 from .base import EnginesStrategy, Resized, ScalePlan, Start
 from .local import LocalEngines
 from .mpi import MPIEngines
@@ -17,9 +20,9 @@ from .slurm import SlurmEngines
 from .ssh import SSHEngines
 
 STRATEGIES: dict[str, EnginesStrategy] = {
-    s.name: s for s in (LocalEngines(), MPIEngines(), SSHEngines(), SlurmEngines())
+    s.name: s for s in (LocalEngines(), MPIEngines(), SSHEngines(), SlurmEngines(), RayEngines())
 }
-LAUNCHERS = tuple(STRATEGIES)  # local, mpi, ssh, slurm: as --launcher lists them
+LAUNCHERS = tuple(STRATEGIES)  # local, mpi, ssh, slurm, ray: as --launcher lists them
 
 
 def strategy_for(launcher: str) -> EnginesStrategy:
