@@ -139,7 +139,7 @@ class ExerciseRunner:
 
         started = time.perf_counter()
         try:
-            self.client.execute_cell(cell, index)
+            self._execute(cell, index)
         except CellExecutionError as e:
             raise NotebookFailure(f"{self.path.name}: {what} failed: {e.ename}: {e.evalue}") from e
         finally:
@@ -151,8 +151,19 @@ class ExerciseRunner:
         import nbformat
 
         cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["raises-exception"]})
-        self.client.execute_cell(cell, index)
+        self._execute(cell, index)
         return cell
+
+    def _execute(self, cell: Any, index: int) -> None:
+        """Execute *cell* as the notebook's cell *index*.
+
+        nbclient applies a display's update to ``nb.cells[index]``, not to the cell being
+        executed: a stub, an answer or a check run in place of the committed cell must be
+        that cell while it runs (a progress line updated in place raised IndexError), and
+        the displays of an earlier run at the same index no longer point into it."""
+        self.nb.cells[index] = cell
+        self.client.clear_display_id_mapping(index)
+        self.client.execute_cell(cell, index)
 
     def _check_fails(self, ex: Exercise, answer: str, what: str) -> None:
         started = time.perf_counter()

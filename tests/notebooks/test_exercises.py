@@ -172,6 +172,18 @@ def test_runner_fails_a_check_that_passes_a_wrong_answer(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(120)
+def test_runner_keeps_displays_updated_in_place(tmp_path: Path) -> None:
+    # A check that shows a line and updates it in place (as the cluster's progress line does
+    # when a rank's error re-makes the process group), run for the stub, the wrong answer
+    # and the solution: nbclient applies the update to the notebook's cell at that index.
+    updating = "h = display('working', display_id=True)\nh.update('done')\n" + GOOD_CHECK
+    runner = _run(tmp_path, updating)
+    assert runner.report.wrong_rejected == 1
+    check = runner.nb.cells[2]
+    assert [o.get("data", {}).get("text/plain") for o in check.outputs][0] == "'done'"
+
+
+@pytest.mark.timeout(120)
 def test_runner_requires_an_assertion_error(tmp_path: Path) -> None:
     # Without catching NotImplementedError the check fails for the wrong reason.
     with pytest.raises(NotebookFailure, match="raised NotImplementedError.*not an AssertionError"):
