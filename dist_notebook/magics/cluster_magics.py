@@ -32,7 +32,13 @@ from .args import (
     thread_count,
 )
 from .output import BY_NODE_BEYOND, Progress, Table, nodes_table
-from .remote_args import add_remote_flags, local_ip, remote_cluster_spec, scale_action
+from .remote_args import (
+    add_remote_flags,
+    local_ip,
+    refuse_foreign_flags,
+    remote_cluster_spec,
+    scale_action,
+)
 from .session import Session
 
 ACTIONS = ("start", "status", "stop", "restart", "stacks", "scale", "attach", "detach", "list")
@@ -61,6 +67,7 @@ EXAMPLES = """
 
 def build_spec(args: Any, gpus_here: list[int]) -> ClusterSpec:
     """Turn parsed flags into a ClusterSpec, checking GPUs against what the host has."""
+    refuse_foreign_flags(args)
     if not strategy_for(args.launcher).on_this_machine or args.hosts or args.nodes:
         return remote_cluster_spec(args)
     gpus: tuple[int, ...] = ()

@@ -9,6 +9,7 @@ from IPython.core.error import UsageError
 from ..cluster import ClusterConfigError
 from ..cluster.engines import strategy_for
 from ..cluster.hosts import HostsError, listen_ip
+from ..cluster.rayengines.strategy import RAY_FLAGS
 from ..cluster.spec import ClusterSpec, remote_spec
 from .args import MagicParser, positive_int
 
@@ -70,6 +71,15 @@ def local_ip(args: Any) -> str:
         return listen_ip(args.ip, args.interface)
     except HostsError as e:
         raise UsageError(str(e)) from None
+
+
+def refuse_foreign_flags(args: Any) -> None:
+    """A Ray flag given to a launcher without flags of its own: a UsageError naming it."""
+    if getattr(strategy_for(args.launcher), "spec_from_flags", None) is not None:
+        return
+    for flag, dest in RAY_FLAGS:
+        if getattr(args, dest, None):
+            raise UsageError(f"{flag} is an option of Ray clusters: add --launcher ray")
 
 
 def remote_cluster_spec(args: Any) -> Any:

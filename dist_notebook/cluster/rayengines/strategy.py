@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from ..scale import Scalable
 
 PLACEMENTS = ("", "pack", "spread")
+# The flags only --launcher ray takes, by their argparse dest (refused elsewhere).
+RAY_FLAGS = (
+    ("--address", "address"),
+    ("--gpus-per-rank", "gpus_per_rank"),
+    ("--pack/--spread", "placement"),
+)
 NO_SCALE = (
     "scale is not available with --launcher ray yet: %dist_cluster stop, then "
     "%dist_cluster start --launcher ray -n N"
