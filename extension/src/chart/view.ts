@@ -119,6 +119,9 @@ export class ChartView {
   private _scales: { x: (v: number) => number; xInv: (px: number) => number } | null =
     null;
   private _dragFrom: number | null = null;
+  /** Where the pointer rests over the plot (px from its left), or null: each draw
+   * shows the values under it again, so the tooltip follows the axis as it rescales. */
+  private _hoverPx: number | null = null;
   /** Redraws when the plot's width changes (a panel resized, a notebook widened). */
   private readonly _resize: ResizeObserver | null =
     typeof ResizeObserver === 'function'
@@ -252,6 +255,9 @@ export class ChartView {
     }
     this._drawn = { version: this.data.version, width, key };
     const points = this._drawLines(width, stragglers);
+    if (this._hoverPx !== null && this._scales !== null) {
+      this.showHover(this._scales.xInv(this._hoverPx));
+    }
     this.draws += 1;
     this.node.dataset.draws = String(this.draws);
     const recordTimes = this._pending;
@@ -549,7 +555,10 @@ export class ChartView {
       this._dragFrom = this._localX(e);
     });
     this._svg.addEventListener('mousemove', e => this._hover(e));
-    this._svg.addEventListener('mouseleave', () => this._hideHover());
+    this._svg.addEventListener('mouseleave', () => {
+      this._hoverPx = null;
+      this._hideHover();
+    });
     this._svg.addEventListener('mouseup', e => this._endDrag(e));
   }
 
@@ -582,6 +591,7 @@ export class ChartView {
       return;
     }
     const px = this._localX(e);
+    this._hoverPx = px;
     if (this._dragFrom !== null) {
       const lo = Math.min(this._dragFrom, px);
       setAttrs(this._brush, {
