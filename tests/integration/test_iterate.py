@@ -58,8 +58,8 @@ class Kernel:
                 texts.append(content["text"])
             elif msg["msg_type"] == "error":
                 errors.append(content)
-            elif msg["msg_type"] in ("display_data", "execute_result"):
-                texts.append(content["data"].get("text/plain", ""))
+            elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
+                texts.append(content["data"].get("text/plain", ""))  # an update: its new text
 
         def stdin(msg: dict[str, Any]) -> None:
             self.prompts.append(msg["content"]["prompt"])
