@@ -304,3 +304,25 @@ def test_two_starved_ranks() -> None:
     assert not any(r.straggler for r in run.ranks)
     assert run.verdict is not None
     assert run.verdict.startswith("ranks 1, 2 are starved: rank 2 gets 30% of a core")
+
+
+@pytest.mark.parametrize(("extra", "flagged"), [(2.0 * MS, True), (1.9 * MS, False)])
+def test_straggler_min_wait_edge(extra: float, flagged: bool) -> None:
+    # A 4 ms step, waited for in every step by more than a fifth of it (0.8 ms): below
+    # STRAGGLER_MIN_WAIT that is a healthy rank's lead on a busy machine, not a straggler.
+    run = lockstep({"cpu": 2 * MS}, {"cpu": 2 * MS}, step=4 * MS, extra=extra)
+    assert protocol.STRAGGLER_MIN_WAIT == 2 * MS
+    assert run.ranks[1].straggler is flagged, run.ranks[1]
+    assert run.ranks[1].others_wait == pytest.approx(extra)
+
+
+def test_healthy_ranks_lead_of_a_fifth_of_a_short_step_is_no_straggler() -> None:
+    # As the flake of test_three_healthy_runs_flag_nobody: 0.9 ms of a 4 ms step, 16 of 20 steps.
+    lead = [0.9 * MS if k % 5 else -0.2 * MS for k in range(20)]
+    run = run_of(
+        rank_records(0, step=4 * MS, comm=[1 * MS + max(0.0, w) for w in lead], cpu=2 * MS),
+        rank_records(1, step=4 * MS, comm=[1 * MS + max(0.0, -w) for w in lead], cpu=2 * MS),
+    )
+    r1 = run.ranks[1]
+    assert r1.waited_for_share == pytest.approx(0.8) and r1.others_wait == pytest.approx(0.9 * MS)
+    assert not r1.straggler and run.verdict == "healthy"
