@@ -45,6 +45,7 @@ class KeptRun:
             self.ranks, hosts={r.rank: r.host for r in getattr(cluster, "ranks", [])}
         )
         self.started = time.time()
+        self.steps: int | None = None  # the run's total, once the store is read
         self.error: str | None = None
         self._listeners: list[Callable[[], None]] = []
         self._records_seq = 0
@@ -62,8 +63,9 @@ class KeptRun:
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
-    def stop(self) -> None:
-        """Cancel the run (the keeper interrupts its ranks; the run ends cancelled)."""
+    def stop(self, why: str = "") -> None:
+        """Cancel the run (the keeper interrupts its ranks; the run ends cancelled); *why*
+        is the keeper's to say (its run's end), as for a TrainingRun."""
         self.cluster.stop_run(self.id)
 
     # --- following ---------------------------------------------------------------
@@ -86,6 +88,7 @@ class KeptRun:
                 payload = piece if piece["kind"] == "display" else piece["text"]
                 sink(event["rank"], piece["kind"], payload)
         self.started = row.get("started") or self.started
+        self.steps = row.get("steps") or self.steps
         state = RunState(row["state"]) if row["state"] in RunState._value2member_map_ else None
         ranks = {r["rank"]: r["state"] for r in row.get("ranks", [])}
         if state is not None and self.states.mirror(state, ranks):

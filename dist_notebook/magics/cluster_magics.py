@@ -396,13 +396,9 @@ class ClusterMagics(Magics):
 
     def _follow(self, run: Any) -> None:
         """A run in progress at attach: its live view back, from its records, then live."""
-        from ..detached.keptrun import follow_in_background
-        from ..display import Dashboard
+        from .attach_view import follow_attached
 
-        dashboard = Dashboard(run, steps=None, blocking=False)
-        dashboard.show()
-        print(f"run {run.name} ({run.id}) is in progress: following it")
-        follow_in_background(run, None, dashboard.finish)
+        follow_attached(run)
 
     def _detach(self, args: Any) -> None:
         cluster = self.session.cluster
