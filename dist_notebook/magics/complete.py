@@ -7,6 +7,10 @@ beside the kernel's own; Shift-Tab and ``obj?`` show the rank-side object's help
 One apply call asks the rank; the kernel waits for it at most ``RANK_WAIT_S``. With no
 cluster, a run in progress, or a rank still busy with the last question (a cell running
 there), the kernel's own answer comes at once: a completion never hangs the notebook.
+An answer that misses the bound (a loaded machine) is kept for the next Tab: the same
+question (or the same names with a longer prefix: the user typed on) gets it once it is
+there, without a new round trip that could miss the bound again; a cell run in between
+drops it (the names may have changed).
 Why the ranks' part was left out (busy, no answer in time, a rank-side error) is logged
 at debug level (``logging.getLogger("dist_notebook").setLevel("DEBUG")`` with a handler).
 
@@ -67,6 +71,8 @@ class RankIntrospection:
         self.session = session
         self.auto = auto
         self._pending: Any = None  # the last question, while the rank has not answered
+        # (rank, fn, args) of that question when it missed its bound: the next Tab's
+        self._missed: tuple[Any, ...] = ()
         self._left_out_why = ""  # the reason logged last (each keystroke asks again)
         self.waits: list[float] = []  # how long each question kept the kernel (the last 100)
         self._paged: tuple[int, ...] = ()  # the engines whose pages print (obj? in a cell)
@@ -85,19 +91,29 @@ class RankIntrospection:
             return None
         if self.session.active_run(cluster) is not None or not 0 <= rank < cluster.n:
             return None
+        key = (rank, fn, args)
+        asked = self._missed
+        # the answer that missed the last Tab's bound, there now: no new round trip
+        kept = self._pending is not None and self._pending.ready() and _answers(asked, key)
         if self._pending is not None and not self._pending.ready():
             return self._left_out(f"rank {rank} is busy")  # a cell runs there: queue nothing
-        view = view_of(cluster.client, cluster.engine_ids([rank]))
-        self._pending = view.apply_async(fn, *args)
+        if not kept:
+            view = view_of(cluster.client, cluster.engine_ids([rank]))
+            self._pending, self._missed, asked = view.apply_async(fn, *args), (), key
         try:
             answer = self._pending.get(timeout=wait)[0]  # a view of one engine: a list of one
         except TimeoutError:
+            self._missed = asked  # its answer is the next Tab's, once it is there
             return self._left_out(f"rank {rank} did not answer within {wait} s")
         except Exception as e:
             # A rank-side failure (the name's help raised, the engine went away): a
             # completion must never fail the kernel's own, so it is logged, not raised.
+            self._missed = ()
             return self._left_out(f"rank {rank}: {type(e).__name__}: {e}")
         self._left_out_why = ""
+        self._missed = ()
+        if asked != key and fn is introspect.names:
+            answer = [n for n in answer if n.startswith(args[1])]  # typed on: a longer prefix
         return answer
 
     def _left_out(self, why: str) -> None:
@@ -165,6 +181,7 @@ class RankIntrospection:
     def before_cell(self, info: Any) -> None:
         """``pre_run_cell``: before a cell with ``obj?`` runs on the ranks, make their pages
         print (once per set of engines; an engine that replaced another gets it again)."""
+        self._missed = ()  # a cell may change the names: a late answer is no one's
         cell = getattr(info, "raw_cell", "") or ""
         if "?" not in cell or rank_of_cell(cell, None, self.auto()) is None:
             return
@@ -176,6 +193,17 @@ class RankIntrospection:
             return
         apply_on_ranks(cluster, introspect.show_pages_as_output)
         self._paged = engines
+
+
+def _answers(asked: tuple[Any, ...], key: tuple[Any, ...]) -> bool:
+    """Whether the answer to question *asked* answers *key* too: the same question, or
+    the same rank's names of the same base with a prefix that extends the one asked."""
+    if asked == key:
+        return True
+    if len(asked) != 3 or asked[:2] != key[:2] or key[1] is not introspect.names:
+        return False
+    (base, prefix), (new_base, new_prefix) = asked[2][:2], key[2][:2]
+    return bool(base == new_base and new_prefix.startswith(prefix))
 
 
 def _awaitable_like(original: Callable[..., Any], reply: dict[str, Any]) -> Any:
