@@ -74,7 +74,10 @@ class ClusterOwner:
             run = self.active_run()
             if run is not None:
                 log.info("%s: cancelling run %s first", reason, run.name)
-                run.stop()
+                run.stop(
+                    why=f"{reason} stopped cluster {self.cluster.id}; "
+                    "%dist_cluster start makes a new one"
+                )
                 deadline = time.monotonic() + STOP_WAIT_S
                 while run.state in ACTIVE_RUN_STATES and time.monotonic() < deadline:
                     time.sleep(0.05)

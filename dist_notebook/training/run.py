@@ -121,6 +121,19 @@ def lost_note(lost: dict[int, int | None], unstored: int) -> str:
     return "records lost: " + "; ".join(parts) if parts else ""
 
 
+def _rank_end(failure: Any, first: Any) -> str:
+    """A failed run's rank that raised: ``dead`` (its process died), ``released`` (its own
+    error is another than the first raising rank's: a collective freed by that failure,
+    as the traceback's fold says), else ``failed``."""
+    own = failure.error
+    if own is not None and own.ename == "RankDied":
+        return "dead"
+    if failure is not first and own is not None and first.error is not None:
+        if own.ename != first.error.ename:
+            return "released"
+    return "failed"
+
+
 class RunBusyError(ClusterError):
     """A run was asked for on ranks that another run of this cluster still uses."""
 
@@ -177,6 +190,7 @@ class TrainingRun:
         self.started = time.time()
         self._writer = writer
         self._cancelled = threading.Event()
+        self._stop_why = ""  # said with the end of a cancelled run (stop(why))
         self._send_lock = threading.Lock()  # a stop and the cell's sending, one at a time
         self._cell_sent = False
         self._lost = ""  # the records lost at its end (lost_note), once known
@@ -217,14 +231,16 @@ class TrainingRun:
     def on_state(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
-    def stop(self) -> None:
+    def stop(self, why: str = "") -> None:
         """Cancel the run: interrupt every rank once its cell was sent (the cell then fails
-        with KeyboardInterrupt); before that the cell is never sent.
+        with KeyboardInterrupt); before that the cell is never sent. *why*: what else the
+        stop does, said with the run's end (a cluster's stop: "... stopped cluster ID").
 
         No signal goes while the run is being set up: a SIGINT that lands in an engine's
         handling of the set-up call (outside any user code) can keep the engine from ever
         replying, which left such a run pending for good under load."""
         with self._send_lock:
+            self._stop_why = self._stop_why or why
             self._cancelled.set()
             sent = self._cell_sent
         if sent:
@@ -363,15 +379,14 @@ class TrainingRun:
             state, ranks = RunState.CANCELLED, {r: "cancelled" for r in self.ranks}
         elif error is not None:
             state = RunState.FAILED
-            failed = {
-                f.rank: ("dead" if f.error and f.error.ename == "RankDied" else "failed")
-                for f in error.failures
-            }
+            failed = {f.rank: _rank_end(f, error.failures[0]) for f in error.failures}
             ranks = {r: failed.get(r, "done") for r in self.ranks}
         else:
             state, ranks = RunState.SUCCEEDED, {r: "done" for r in self.ranks}
         stop_iteration_hint(None if cancelled else error)
         hint = ended_by_stop(self.cluster, self.ranks, error) if cancelled else ""
+        if cancelled and self._stop_why:
+            hint = "\n".join(x for x in (f"run {self.name} cancelled: {self._stop_why}", hint) if x)
         message = None if error is None or cancelled else str(error)
         lost = self._lost
         # A run that lost records says so in its record, whatever its state.
