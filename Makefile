@@ -72,8 +72,8 @@ test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/magics tests/integration tests/training
 
 lint: venv ext-lint
-	$(VENV)/bin/ruff check dist_notebook tests bench
-	$(VENV)/bin/ruff format --check dist_notebook tests bench
+	$(VENV)/bin/ruff check dist_notebook tests bench testbed
+	$(VENV)/bin/ruff format --check dist_notebook tests bench testbed
 	$(VENV)/bin/mypy
 
 bench: venv

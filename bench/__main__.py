@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.registry import BENCHMARKS, SUPPORT, Bench, by_name
+from bench.registry import BENCHMARKS, INSTALL_PEERS, SUPPORT, Bench, by_name, missing
 
 HERE = Path(__file__).resolve().parent
 USAGE = (
@@ -46,6 +46,7 @@ def listing(as_json: bool) -> int:
                 "command": command(b),
                 "in_all": b.in_all,
                 "needs": b.needs,
+                "peers": list(b.peers),
                 "results": list(b.results),
                 "docs": list(b.docs),
             }
@@ -90,6 +91,7 @@ def run(argv: list[str]) -> int:
         results = results or tempfile.mkdtemp(prefix="bench-quick-")
     if results:
         os.environ["BENCH_RESULTS"] = str(Path(results).resolve())
+        Path(results).mkdir(parents=True, exist_ok=True)
         print(f"results go to {os.environ['BENCH_RESULTS']}", flush=True)
     if everything:
         return main_of("run_all", ["python -m bench run --all", *argv, *(["--quick"] * quick)])
@@ -97,6 +99,9 @@ def run(argv: list[str]) -> int:
     b = by_name(name)
     if b is None:
         return fail(f"no benchmark named {name!r}: `python -m bench list` names them")
+    lacking = missing(b.peers)
+    if lacking:
+        return fail(f"{b.name} compares with {', '.join(lacking)}, not installed: {INSTALL_PEERS}")
     args = [*b.args, *(b.quick if quick else ()), *rest]
     if b.needs:
         print(f"{b.name} needs {b.needs}", flush=True)

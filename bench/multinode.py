@@ -116,7 +116,7 @@ def free_port_on(host: Any) -> int:
 def hosts_and_script(text: str) -> tuple[Any, Path]:
     """Two test hosts up (exits with the reason where they cannot be built here), a
     scratch run store, and *text* written as the script torchrun and plain run."""
-    from tests.multinode.testhosts import TestHosts, why_not
+    from testbed.hosts import TestHosts, why_not
 
     reason = why_not("ssh")
     if reason:
@@ -257,9 +257,9 @@ def run_scale(kind: str, hosts: Any, reps: int) -> dict[str, list[float]]:
 
 
 def main_scale(reps: int) -> None:
-    from tests.multinode.slurm import start_slurm
-    from tests.multinode.sshd import start_sshd
-    from tests.multinode.testhosts import TestHosts, why_not
+    from testbed.hosts import TestHosts, why_not
+    from testbed.slurm import start_slurm
+    from testbed.sshd import start_sshd
 
     common.use_scratch_store()
     results: dict[str, dict[str, list[float]]] = {}
@@ -322,7 +322,7 @@ def main() -> None:
     if args.scale:
         main_scale(args.reps)
         return
-    from tests.multinode.sshd import start_sshd
+    from testbed.sshd import start_sshd
 
     hosts, script = hosts_and_script(SCRIPT)
     results: dict[str, list[dict[str, float]]] = {"dist-notebook": [], "torchrun": [], "plain": []}

@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4 if common.quick() else 40)
     parser.add_argument("--steps", type=int, default=100 if common.quick() else 500)
     args = parser.parse_args()
-    from tests.multinode.sshd import start_sshd
+    from testbed.sshd import start_sshd
 
     hosts, script = multinode.hosts_and_script(SERVE)
     sides: dict[str, Any] = {}

@@ -6,7 +6,7 @@
     python -m bench run gpu_notebooks --start-args "-n 1"   # e.g. a 1-rank cluster on CPU
 
 Each notebook runs top to bottom on a fresh kernel of this interpreter, with nbclient, as
-``tests/notebooks/runner.py`` runs it, but only the learner's path: every cell once, each
+``testbed/notebook_runner.py`` runs it, but only the learner's path: every cell once, each
 exercise with its solution and then its check (the test also runs every stub and wrong
 answer). The notebooks start their own cluster with ``%dist_cluster start``: one rank per
 visible GPU, else 2 CPU ranks, so on a machine with one GPU each notebook gets 1 NCCL rank
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from tests.notebooks.runner import ExerciseRunner, NotebookFailure  # noqa: E402
+from testbed.notebook_runner import ExerciseRunner, NotebookFailure
 
 NOTEBOOKS = common.ROOT / "notebooks"
 START = "%dist_cluster start"

@@ -14,7 +14,10 @@ neither a benchmark nor one of the harness's own modules (``SUPPORT``).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
+
+INSTALL_PEERS = "pip install -e '.[bench]' (make bench does)"
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,8 @@ class Bench:
     budget_s: int = 0
     # What it needs beyond the venv: "" (nothing), or a phrase saying what.
     needs: str = ""
+    # The peers' packages it imports (the ``bench`` extra installs them): checked first.
+    peers: tuple[str, ...] = ()
     results: tuple[str, ...] = ()
     docs: tuple[str, ...] = field(default=())
 
@@ -53,6 +58,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         in_all=True,
         expected_s=20,
         budget_s=90,
+        peers=("nbdistributed",),
         results=("memory.json",),
         docs=("docs/benchmarks.md",),
     ),
@@ -65,6 +71,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         in_all=True,
         expected_s=450,
         budget_s=600,
+        peers=("accelerate", "nbdistributed"),
         results=("cold_start.json",),
         docs=("docs/benchmarks.md",),
     ),
@@ -112,6 +119,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         in_all=True,
         expected_s=50,
         budget_s=150,
+        peers=("nbdistributed",),
         results=("round_trip.json",),
         docs=("docs/benchmarks.md",),
     ),
@@ -145,6 +153,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         in_all=True,
         expected_s=250,
         budget_s=480,
+        peers=("accelerate", "nbdistributed", "sklearn"),
         results=("throughput.json",),
         docs=("docs/benchmarks.md",),
     ),
@@ -260,6 +269,7 @@ BENCHMARKS: tuple[Bench, ...] = (
         "a cold many-rank start, phase by phase and engine by engine",
         "torchrun",
         args=("--ranks", "64"),
+        quick=("--ranks", "8"),
         results=("start_timeline.json",),
         docs=("docs/guides/scale.md",),
     ),
@@ -267,6 +277,8 @@ BENCHMARKS: tuple[Bench, ...] = (
         "scale_hosts",
         "32 ranks over four test hosts: the ssh launcher and Slurm, each start timed",
         "local ranks",
+        args=("--launchers", "local,ssh,slurm", "--reps", "3"),
+        quick=("--launchers", "ssh", "--reps", "1", "--hosts", "2", "--per-host", "2"),
         needs="root and the test hosts' packages (make testhosts)",
         results=("scale_hosts.json", "scale_hosts.md"),
         docs=("docs/benchmarks.md", "docs/guides/scale.md"),
@@ -332,3 +344,8 @@ def files() -> set[str]:
     """The files of bench/ the registry accounts for (benchmarks' modules and support)."""
     own = {b.script or f"{b.module or b.name}.py" for b in BENCHMARKS}
     return own | set(SUPPORT)
+
+
+def missing(modules: tuple[str, ...]) -> list[str]:
+    """Those of *modules* this interpreter cannot import."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]

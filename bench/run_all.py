@@ -24,7 +24,7 @@ from typing import Any
 
 from bench import common
 from bench.common import fmt, md_table
-from bench.registry import BENCHMARKS, Bench
+from bench.registry import BENCHMARKS, INSTALL_PEERS, Bench, missing
 
 # The whole set must end within TOTAL_S: each part may use its budget only while the
 # expected time of the parts still to come stays free; past that it is ended and named in
@@ -642,6 +642,12 @@ def main() -> None:
         later = sum(p.expected_s for p in chosen[i + 1 :])
         left = args.minutes * 60 - (time.perf_counter() - t0) - later
         budget = int(max(30, min(part.budget_s, left)))
+        lacking = missing(part.peers)
+        if lacking:  # named in the table, not run
+            status[part.name] = {"status": f"needs {', '.join(lacking)}: {INSTALL_PEERS}"}
+            status[part.name]["seconds"] = 0.0
+            print(f"=== {part.name}: {status[part.name]['status']}", flush=True)
+            continue
         status[part.name] = run_part(part, part_args, budget, env)
     total = time.perf_counter() - t0
     (common.RESULTS / "run_all.json").write_text(

@@ -5,7 +5,7 @@
 
 Builds four test hosts as tests/multinode does (network namespaces with their own
 address, hostname, PID namespace and sshd, or munged/slurmctld/slurmd; needs root; the
-host builder is tests/multinode/testhosts.py, imported) and, for each launcher, ``--reps``
+host builder is testbed/hosts.py, imported) and, for each launcher, ``--reps``
 times:
 
 - starts a ``DistCluster`` of hosts x per-host CPU ranks (one thread each) and times it
@@ -49,7 +49,7 @@ from bench import common
 from bench.common import fmt, md_table
 
 # DDP over a 2-layer MLP, report() each step: the training tests' own cell.
-from tests.training.conftest import TRAIN_CELL as TRAIN  # noqa: E402
+from testbed.cells import TRAIN_CELL as TRAIN
 
 ALL_REDUCE = (
     "import torch, torch.distributed as dist\n"
@@ -381,7 +381,7 @@ def one_start(
                 STOP_BOUND_S,
             )
             if kind == "slurm":
-                from tests.multinode.slurm import jobs
+                from testbed.slurm import jobs
 
                 conf = hosts.slurm_conf
                 wait_until("no Slurm job left", lambda: not jobs(conf), STOP_BOUND_S)
@@ -405,7 +405,7 @@ def one_start(
 
 
 def run_kind(kind: str, args: argparse.Namespace, t_bench: float) -> list[dict[str, Any]]:
-    from tests.multinode.testhosts import TestHosts, why_not
+    from testbed.hosts import TestHosts, why_not
 
     if kind == "local":
         return [one_start(kind, None, args, rep, t_bench) for rep in range(args.reps)]
@@ -419,11 +419,11 @@ def run_kind(kind: str, args: argparse.Namespace, t_bench: float) -> list[dict[s
     saved = {k: os.environ.get(k) for k in ("DIST_NOTEBOOK_SSH_CONFIG", "SLURM_CONF")}
     try:
         if kind == "ssh":
-            from tests.multinode.sshd import start_sshd
+            from testbed.sshd import start_sshd
 
             os.environ["DIST_NOTEBOOK_SSH_CONFIG"] = str(start_sshd(hosts))
         else:
-            from tests.multinode.slurm import start_slurm
+            from testbed.slurm import start_slurm
 
             hosts.slurm_conf, munged = start_slurm(hosts)  # type: ignore[attr-defined]
             os.environ["SLURM_CONF"] = str(hosts.slurm_conf)  # type: ignore[attr-defined]

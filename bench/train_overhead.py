@@ -129,9 +129,9 @@ class Probe:
                 probe.collector_ms.extend((now - r.time) * 1000 for r in records)
             add(metrics, records)
 
-        def timed_send(feed: Any, records: list[Any], reset: bool) -> None:
+        def timed_send(feed: Any, records: list[Any], reset: bool, **how: Any) -> None:
             start = time.time()
-            send(feed, records, reset)
+            send(feed, records, reset, **how)
             end = time.time()
             if not probe.active:
                 return

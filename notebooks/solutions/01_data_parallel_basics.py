@@ -1,4 +1,4 @@
-# Solutions of 01_data_parallel_basics.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 01_data_parallel_basics.ipynb (see testbed/exercises.py for the format).
 
 # %% weighted-average
 %%dist

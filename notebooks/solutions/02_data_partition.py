@@ -1,4 +1,4 @@
-# Solutions of 02_data_partition.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 02_data_partition.ipynb (see testbed/exercises.py for the format).
 
 # %% partition
 %%dist

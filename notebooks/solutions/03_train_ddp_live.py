@@ -1,4 +1,4 @@
-# Solutions of 03_train_ddp_live.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 03_train_ddp_live.ipynb (see testbed/exercises.py for the format).
 
 # %% parallel-eval
 %%dist

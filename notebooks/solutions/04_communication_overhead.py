@@ -1,4 +1,4 @@
-# Solutions of 04_communication_overhead.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 04_communication_overhead.ipynb (see testbed/exercises.py for the format).
 
 # %% no-sync
 %%dist

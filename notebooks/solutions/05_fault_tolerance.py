@@ -1,4 +1,4 @@
-# Solutions of 05_fault_tolerance.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 05_fault_tolerance.ipynb (see testbed/exercises.py for the format).
 
 # %% resume
 %dist_push steps every

@@ -1,4 +1,4 @@
-# Solutions of 07_sharded_data_parallel.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 07_sharded_data_parallel.ipynb (see testbed/exercises.py for the format).
 
 # %% shard-rows
 %%dist

@@ -1,4 +1,4 @@
-# Solutions of 11_from_tensorflow_and_horovod.ipynb (see tests/notebooks/exercises.py for the format).
+# Solutions of 11_from_tensorflow_and_horovod.ipynb (see testbed/exercises.py for the format).
 
 # %% overlap
 %%dist

@@ -19,9 +19,8 @@ import psutil
 import pytest
 
 from dist_notebook.cluster.launchers import SSH_CONFIG_ENV
-
-from .sshd import start_sshd
-from .testhosts import Host, TestHosts, why_not
+from testbed.hosts import Host, TestHosts, why_not
+from testbed.sshd import start_sshd
 
 # A killed kernel's engines on other hosts are gone within this bound (the README
 # states it): the controller exits with the kernel (0.25 s); engines check the
@@ -70,7 +69,7 @@ def mpi_hosts(ssh_hosts: TestHosts) -> TestHosts:
 @pytest.fixture(scope="session")
 def slurm_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestHosts]:
     """Hosts h1 and h2 with munged, slurmctld (on h1) and a slurmd each."""
-    from .slurm import start_slurm
+    from testbed.slurm import start_slurm
 
     hosts = build_hosts("slurm", tmp_path_factory.mktemp("slurmhosts"))
     old = os.environ.get("SLURM_CONF")

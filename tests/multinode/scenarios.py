@@ -28,14 +28,14 @@ import pytest
 from conftest import session_of
 from IPython.utils.capture import capture_output
 from ranklines import printed_by
-from training.conftest import TRAIN_CELL
 
 from dist_notebook import load_run
 from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.store import StoreReader
+from testbed.cells import TRAIN_CELL
+from testbed.hosts import TestHosts
 
 from .conftest import ORPHAN_BOUND_S, engines_on, left_on, nothing_left, wait_for
-from .testhosts import TestHosts
 
 # A collective every 50 ms for ~60 s: a failure during it must end the cell early.
 COLLECTIVES = """

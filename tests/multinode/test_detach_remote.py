@@ -16,8 +16,9 @@ from conftest import session_of
 from IPython.utils.capture import capture_output
 from ranklines import printed_by
 
+from testbed.slurm import jobs
+
 from .conftest import engines_on, left_on, nothing_left, wait_for
-from .slurm import jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .slurm import jobs
+from testbed.slurm import jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

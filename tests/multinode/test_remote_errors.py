@@ -63,7 +63,7 @@ def test_hosts_and_interfaces_parse() -> None:
 def test_without_root_the_host_tests_skip_saying_why(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from .testhosts import why_not
+    from testbed.hosts import why_not
 
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     for kind in ("ssh", "mpi", "slurm"):

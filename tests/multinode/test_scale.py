@@ -347,7 +347,7 @@ def slurm_cluster(shell: Any, slurm_hosts: Any) -> Iterator[Any]:
 
 
 def test_slurm_grows_by_another_job(shell: Any, slurm_cluster: Any, slurm_hosts: Any) -> None:
-    from .slurm import jobs
+    from testbed.slurm import jobs
 
     _scale(shell, 4)
     assert len(jobs(slurm_hosts.slurm_conf)) == 2
@@ -358,8 +358,9 @@ def test_slurm_grows_by_another_job(shell: Any, slurm_cluster: Any, slurm_hosts:
 def test_slurm_shrinks_and_cancels_the_empty_job(
     shell: Any, slurm_cluster: Any, slurm_hosts: Any
 ) -> None:
+    from testbed.slurm import jobs
+
     from .scenarios import expect_stop_leaves_nothing
-    from .slurm import jobs
 
     _scale(shell, 3)  # the newest rank goes first: the added job keeps one
     assert len(jobs(slurm_hosts.slurm_conf)) == 2
@@ -376,8 +377,9 @@ def test_slurm_shrinks_and_cancels_the_empty_job(
 def test_slurm_restart_after_a_scale_starts_the_layout_scale_left(
     shell: Any, slurm_hosts: Any
 ) -> None:
+    from testbed.slurm import jobs
+
     from .scenarios import expect_stop_leaves_nothing, magic_cluster
-    from .slurm import jobs
 
     flags = "--launcher slurm --nodes 2 --time 10 --partition test"
     with magic_cluster(shell, slurm_hosts, flags) as cluster:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from testbed.slurm import jobs
+
 from . import scenarios as s
-from .slurm import jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 HOSTS = ["h1", "h2"]

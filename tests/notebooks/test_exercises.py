@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .exercises import ExerciseError, find_exercises, parse_solutions
-from .runner import ExerciseRunner, NotebookFailure
+from testbed.exercises import ExerciseError, find_exercises, parse_solutions
+from testbed.notebook_runner import ExerciseRunner, NotebookFailure
 
 SOLUTIONS = """\
 # Solutions of a test notebook.

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from dist_notebook.cluster.devices import visible_gpus
-
-from .exercises import ExerciseError, load_exercises
-from .runner import ExerciseRunner
+from testbed.exercises import ExerciseError, load_exercises
+from testbed.notebook_runner import ExerciseRunner
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))

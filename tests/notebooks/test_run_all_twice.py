@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 
 from dist_notebook.cluster.devices import visible_gpus
-
-from .exercises import load_exercises
-from .runner import CELL_TIMEOUT, kernel_manager
+from testbed.exercises import load_exercises
+from testbed.notebook_runner import CELL_TIMEOUT, kernel_manager
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "01_data_parallel_basics.ipynb"
 

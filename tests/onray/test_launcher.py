@@ -23,9 +23,9 @@ from conftest import session_of
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from ranklines import printed_by
-from training.conftest import TRAIN_CELL
 
 from dist_notebook import load_run
+from testbed.cells import TRAIN_CELL
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 NAMED_WITHIN_S = 10.0

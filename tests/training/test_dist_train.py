@@ -25,8 +25,9 @@ from dist_notebook.cluster.onranks.execute import RankError
 from dist_notebook.display.live import FLUSH_EVERY
 from dist_notebook.protocol import Record
 from dist_notebook.store import StoreReader
+from testbed.cells import TRAIN_CELL
 
-from .conftest import TRAIN_CELL, result_of, wait_for
+from .conftest import result_of, wait_for
 
 pytestmark = pytest.mark.slow
 RANKS = (0, 1)

@@ -32,8 +32,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from dist_notebook import load_run
 from dist_notebook.export import ExportUnavailable
 from dist_notebook.protocol import Record
+from testbed.cells import TRAIN_CELL
 
-from .conftest import TRAIN_CELL, result_of, wait_for
+from .conftest import result_of, wait_for
 
 pytestmark = pytest.mark.slow
 STEPS = 30

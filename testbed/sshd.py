@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .testhosts import Host, TestHosts, run, which
+from .hosts import Host, TestHosts, run, which
 
 SSHD_CONFIG = """\
 ListenAddress {address}

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .testhosts import TestHosts, run, which
+from .hosts import TestHosts, run, which
 
 SLURM_CONF = """\
 ClusterName=dntest
