@@ -47,6 +47,7 @@ from .link import (
     KeeperError,
     KeeperFile,
     Nonces,
+    OneClient,
     pack,
     sign,
     unpack,
@@ -75,16 +76,6 @@ def _alive(pid: int | None) -> bool:
     from ..store.reader import kernel_alive
 
     return pid is not None and kernel_alive(pid)
-
-
-class _OneClient:
-    """The ZAP check of the keeper's socket: the one client key of the keeper's file."""
-
-    def __init__(self, public: bytes) -> None:
-        self.public = public
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        return secrets.compare_digest(key, self.public)
 
 
 def _nonce_of(key: bytes, frames: list[bytes]) -> str | None:
@@ -118,7 +109,7 @@ class Keeper:
         self._client_public, self._client_secret = zmq.curve_keypair()
         self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("dist_notebook.zap"))
         self._auth.start()
-        self._auth.configure_curve_callback("*", _OneClient(self._client_public))
+        self._auth.configure_curve_callback("*", OneClient(self._client_public))
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)

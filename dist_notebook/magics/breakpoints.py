@@ -10,10 +10,16 @@ interrupt included), so the kernel's stdin is never left to a dead prompt.
 ipykernel asks its stdin from the main thread only, which is waiting for the ranks here;
 this module sends the request itself on the kernel's stdin socket (``kernel.session``,
 ``kernel.stdin_socket``, and the running cell's ident and parent header).
+
+Any local user can reach the relay's port. It is a CURVE server, on a ZMQ context of its
+own, that admits one client key, which the ranks get with the hook (over their own
+authenticated channel): a peer without it never completes the handshake, so nothing it
+sends is read, written into the cell or answered. Frames are bounded (``MAX_BYTES``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -32,6 +38,7 @@ from .session import Session
 log = logging.getLogger(__name__)
 DEBUG_RANKS = [0]
 _POLL_S = 0.05
+MAX_BYTES = 16 << 20  # a prompt and its output
 
 
 class BreakpointRelay:
@@ -41,6 +48,7 @@ class BreakpointRelay:
         self.auto = auto
         self._socket: Any = None
         self._endpoint = ""
+        self.keys: dict[str, str] = {}  # the ranks' side of the CURVE link (Z85)
         self._installed: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
         self._debug: list[int] = list(DEBUG_RANKS)  # the ranks of the running cell
         # The running cell's (ident, parent header, whether its front end takes input, the
@@ -65,7 +73,9 @@ class BreakpointRelay:
         debug_ranks = self._debug_ranks(cell, cluster.n)
         installed = (tuple(cluster.engine_ids()), tuple(debug_ranks))
         if installed != self._installed:
-            apply_on_ranks(cluster, rank_breakpoints.install, self._endpoint, debug_ranks)
+            apply_on_ranks(
+                cluster, rank_breakpoints.install, self._endpoint, debug_ranks, self.keys
+            )
             self._installed = installed
         # Peers may wait in a collective for a rank at the prompt: no torch timeout then.
         apply_on_ranks(cluster, rank_breakpoints.hold_group)
@@ -88,9 +98,8 @@ class BreakpointRelay:
             view_of(cluster.client, cluster.engine_ids()).apply_async(
                 rank_breakpoints.release_group, cluster.spec.timeout
             )
-        if stopped:  # a rank stopped in this cell: leave no tracing on it
-            ranks = [r for r in self._debug if r < cluster.n]
-            view_of(cluster.client, cluster.engine_ids(ranks)).apply_async(rank_breakpoints.end)
+        if stopped:  # a rank stopped in this cell (breakpoint(rank=...): any): no tracing left
+            view_of(cluster.client, cluster.engine_ids()).apply_async(rank_breakpoints.end)
 
     def _debug_ranks(self, cell: str, n: int) -> list[int]:
         """The ranks of the cell's ``%%dist --debug-ranks LIST`` (default: rank 0); a
@@ -109,10 +118,27 @@ class BreakpointRelay:
 
     def _start(self, ip: str) -> None:
         import zmq
+        from zmq.auth.thread import ThreadAuthenticator
 
-        self._socket = zmq.Context.instance().socket(zmq.REP)
+        from ..detached.link import OneClient
+
+        # A context of its own: one ZAP handler per context, and the kernel's may have one.
+        self._ctx: Any = zmq.Context()
+        server_public, server_secret = zmq.curve_keypair()
+        client_public, client_secret = zmq.curve_keypair()
+        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("dist_notebook.zap"))
+        self._auth.start()
+        self._auth.configure_curve_callback("*", OneClient(client_public))
+        self.keys = {
+            "server": server_public.decode(),
+            "public": client_public.decode(),
+            "secret": client_secret.decode(),
+        }
+        self._socket = self._ctx.socket(zmq.REP)
         self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.setsockopt(zmq.MAXMSGSIZE, 16 << 20)  # a prompt and its output
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_BYTES)
+        self._socket.curve_server = True
+        self._socket.curve_secretkey = server_secret
         port = self._socket.bind_to_random_port(f"tcp://{ip}")
         self._endpoint = f"tcp://{ip}:{port}"
         threading.Thread(target=self._serve, name="dist-breakpoints", daemon=True).start()
@@ -121,7 +147,13 @@ class BreakpointRelay:
 
     def _serve(self) -> None:
         while True:
-            request = self._socket.recv_json()
+            try:
+                request = json.loads(self._socket.recv())
+            except ValueError:  # not JSON: the rank goes on (c)
+                request = None
+            if not isinstance(request, dict):
+                self._socket.send_json({"line": "c"})
+                continue
             self._stopped = True
             line = "c"
             try:

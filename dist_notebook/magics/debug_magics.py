@@ -28,10 +28,27 @@ if TYPE_CHECKING:
 EXAMPLES = """
   %dist_debug          pdb on the rank that raised first in the last failed cell
   %dist_debug 1        pdb on rank 1's last failed cell
+  breakpoint()         in a %%dist cell: pdb before the error instead, on rank 0 or
+                       breakpoint(rank=N) (%%dist? lists the ways)
 """
 
 # Bounds one pdb command on the rank (an expression that never returns is interrupted).
 COMMAND_TIMEOUT_S = 60.0
+
+
+# Errors with no traceback to walk: a rank that died, an interrupt, a pdb session's q.
+NOT_DEBUGGABLE = ("RankDied", "KeyboardInterrupt", "BdbQuit")
+
+
+def offer_debug(error: RankError) -> None:
+    """End the rank's traceback with the way to debug it (its message stays one line)."""
+    if error.ename in NOT_DEBUGGABLE:
+        return
+    line = (
+        f"%dist_debug opens pdb where rank {error.rank} raised (%dist_debug N: rank N's);"
+        " breakpoint() in the cell stops before it"
+    )
+    error.hint = f"{error.hint}\n{line}" if error.hint else line
 
 
 def failed_rank() -> int | None:
