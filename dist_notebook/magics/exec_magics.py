@@ -26,6 +26,7 @@ from .args import (
     rank_number,
     strip_comment,
 )
+from .debug_magics import offer_debug
 from .history import history_of
 from .output import FoldingPrinter, LabelledPrinter, Table, show_folded_streams, show_results
 from .session import Session
@@ -36,6 +37,14 @@ DIST_EXAMPLES = """
   %%dist --no-stream         output at the end, identical lines folded across ranks
   %%dist --no-fold           a line per rank, even when many ranks print the same
   %%dist --timeout 60        interrupt the ranks after 60 s
+
+debugging:
+  breakpoint()               in the cell: pdb on rank 0 in the notebook (the other ranks
+                             run on and wait for it in their next collective)
+  breakpoint(rank=1)         pdb on rank 1 only; rank=[0, 1] or rank="all": on those
+  %%dist --debug-ranks 1     breakpoint() stops rank 1 instead of rank 0
+  torch.distributed.breakpoint(rank=1)   pdb on rank 1, the others wait at a barrier
+  %dist_debug                after an error: pdb where the first failing rank raised
 """
 
 PULL_EXAMPLES = """
@@ -96,6 +105,7 @@ class ExecMagics(Magics):
             outputs = run_on_ranks(cluster, cell, ranks, sink=sink, timeout=args.timeout)
         except RankError as e:
             self.session.after_failure()
+            offer_debug(e)  # the traceback's last line names %dist_debug
             if not fold:  # the traceback with a line for every other rank
                 unfolded = partial(render, e.failures, e.ranks, e.hint, fold=False)
                 e._render_traceback_ = unfolded  # type: ignore[method-assign]

@@ -417,8 +417,8 @@ def test_breakpoint_stops_rank_0_in_pdb_and_c_continues(kernel: Kernel) -> None:
     text, errors = kernel.run(STOPPING, ["p b", "l", "c"])
     assert not errors, (text, errors)
     assert kernel.prompts == ["(Pdb rank 0) "] * 3, kernel.prompts  # rank 1's is a no-op
-    assert "-> return b * 2" in text and "\n1\n" in text, text  # p b on rank 0
-    assert "  3  \t    breakpoint()" in text, text  # l
+    assert "-> breakpoint()" in text and "\n1\n" in text, text  # p b on rank 0
+    assert "  3  ->\t    breakpoint()" in text, text  # l: pdb stands at the breakpoint
     assert "[rank 0] f 0 2" in text and "[rank 1] f 1 4" in text, text
 
 
