@@ -38,7 +38,7 @@ from IPython.display import display
 from ..cluster.onranks.transfer import warming
 from ..contracts import view_message_kind
 from ..protocol import RunSummary
-from .final import draw_png, final_html, header_text, last_values, text_summary
+from .final import final_html, header_text, last_values, pictures, text_summary
 from .live import LiveFeed, LiveRunWidget
 from .textlive import TextLive, progress_lines
 from .uipoll import CommRoute
@@ -192,11 +192,11 @@ class Dashboard:
         ended = result.ended if result is not None else time.time()
         header = header_text(self.run.name, summary, ended - started)
         states = dict(self.run.rank_states)
-        png = draw_png(self.run.metrics, summary)
+        png, dark = pictures(self.run.metrics, summary)
         values = last_values(self.run.metrics)
         self.final_bundle = {
             "image/png": base64.b64encode(png).decode(),
-            "text/html": final_html(header, png, summary, states, values),
+            "text/html": final_html(header, png, summary, states, values, dark_png=dark),
             "text/plain": text_summary(header, summary, states, values),
         }
         self.widget.final = self.final_bundle["text/html"]

@@ -39,7 +39,11 @@ PALETTE = (
     "#bcbd22",
 )
 STRAGGLER = "#d62728"
-INK = "#808080"  # text, axes and the mean: readable on white and on JupyterLab Dark
+INK = "#808080"  # text, axes and the mean: readable on white and on a dark page
+# The same picture for a dark theme: light ink (on JupyterLab Dark's #111 a contrast of 12,
+# where the grey's thin small glyphs read dark grey). The HTML carries it beside the grey
+# one and a dark theme shows it (extension/style/chart.css, final_html).
+DARK_INK = "#d0d0d0"
 MAX_POINTS = 1000  # per line: more points than pixels only costs drawing time
 MAX_PANELS = 6  # metric panels in the picture; the table has every metric
 SLOWEST_BARS = 8  # bars beyond BANDED_BEYOND ranks: the slowest ranks and the stragglers
@@ -97,29 +101,38 @@ def _gaps(ys: list[float]) -> list[float]:
     return [y if math.isfinite(y) else math.nan for y in ys]
 
 
-def _style(ax: Axes) -> None:
+def _style(ax: Axes, ink: str) -> None:
     ax.set_facecolor("none")
-    ax.tick_params(colors=INK, labelsize=8)
+    ax.tick_params(colors=ink, labelsize=8)
     for spine in ax.spines.values():
-        spine.set_color(INK)
-    ax.title.set_color(INK)
-    ax.xaxis.label.set_color(INK)
+        spine.set_color(ink)
+    ax.title.set_color(ink)
+    ax.xaxis.label.set_color(ink)
 
 
-def _nothing(ax: Axes, what: str) -> None:
+def _nothing(ax: Axes, what: str, ink: str) -> None:
     """An empty panel that says what is missing (no 0..1 axes standing for nothing)."""
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.text(0.5, 0.5, what, ha="center", va="center", color=INK, transform=ax.transAxes)
+    ax.text(0.5, 0.5, what, ha="center", va="center", color=ink, transform=ax.transAxes)
+
+
+def _legend(ax: Axes, ink: str) -> None:
+    key = ax.legend(fontsize=7, loc="best", framealpha=0, edgecolor=ink)
+    for text in key.get_texts():
+        text.set_color(ink)
 
 
 def _banded(
-    ax: Axes, series: dict[int, tuple[list[float], list[float]]], stragglers: set[int]
+    ax: Axes,
+    series: dict[int, tuple[list[float], list[float]]],
+    stragglers: set[int],
+    ink: str,
 ) -> None:
     """The median and min-max band of every rank, and the ranks the band names."""
     band = band_of(series, MAX_POINTS // 2)
     ax.fill_between(band.x, band.lo, band.hi, color=PALETTE[0], alpha=0.25, lw=0, label="min-max")
-    ax.plot(band.x, band.mid, lw=2, color=INK, label=f"median of {len(series)} ranks")
+    ax.plot(band.x, band.mid, lw=2, color=ink, label=f"median of {len(series)} ranks")
     named = {r: "deviates most" for r in most_deviating(band.deviation)}
     named.update({r: "straggler" for r in stragglers if r in series})
     for rank in sorted(named):
@@ -136,17 +149,16 @@ def _curves(
     name: str,
     legend: bool,
     stragglers: frozenset[int] | set[int] = frozenset(),
+    ink: str = INK,
 ) -> None:
     series = {r: metrics.series(r, name) for r in metrics.ranks}
     series = {r: s for r, s in series.items() if any(math.isfinite(y) for y in s[1])}
     if len(series) > BANDED_BEYOND:
-        _banded(ax, series, set(stragglers))
+        _banded(ax, series, set(stragglers), ink)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step", fontsize=8)
         if legend:
-            key = ax.legend(fontsize=7, loc="best", framealpha=0, edgecolor=INK)
-            for text in key.get_texts():
-                text.set_color(INK)
+            _legend(ax, ink)
         return
     drawn = False
     for rank in metrics.ranks:
@@ -156,19 +168,17 @@ def _curves(
             drawn = True
     xs, ys = _thin(*metrics.mean_series(name))
     if drawn and xs and len(metrics.ranks) > 1:
-        ax.plot(xs, _gaps(ys), lw=2, ls="--", color=INK, label="mean")
+        ax.plot(xs, _gaps(ys), lw=2, ls="--", color=ink, label="mean")
     ax.set_title(name, fontsize=10)
     if not drawn:
-        _nothing(ax, f"no values of {name}")
+        _nothing(ax, f"no values of {name}", ink)
         return
     ax.set_xlabel("step", fontsize=8)
     if legend:
-        key = ax.legend(fontsize=7, loc="best", framealpha=0, edgecolor=INK)
-        for text in key.get_texts():
-            text.set_color(INK)
+        _legend(ax, ink)
 
 
-def _bars(ax: Axes, summary: RunSummary) -> None:
+def _bars(ax: Axes, summary: RunSummary, ink: str = INK) -> None:
     ranks = summary.ranks
     title = "samples/s"
     if len(ranks) > BANDED_BEYOND:
@@ -185,7 +195,7 @@ def _bars(ax: Axes, summary: RunSummary) -> None:
     values = [r.samples_per_s for r in ranks]
     finite = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
     if not any(finite):
-        _nothing(ax, "no samples reported")
+        _nothing(ax, "no samples reported", ink)
         return
     bars = ax.barh([f"rank {r.rank}" for r in ranks], finite)
     for bar, r in zip(bars, ranks, strict=True):
@@ -195,19 +205,19 @@ def _bars(ax: Axes, summary: RunSummary) -> None:
             bar.set_linewidth(3)
     for y, (v, r) in enumerate(zip(finite, ranks, strict=True)):
         label = f" {v:,.0f}/s" + (" straggler" if r.straggler else "")
-        ax.text(v, y, label, va="center", fontsize=8, color=INK)
+        ax.text(v, y, label, va="center", fontsize=8, color=ink)
     ax.set_xlim(0, max(finite) * 1.5)
     ax.invert_yaxis()
 
 
-def _heatmap(ax: Axes, metrics: RunMetrics, stragglers: set[int]) -> list[int]:
+def _heatmap(ax: Axes, metrics: RunMetrics, stragglers: set[int], ink: str = INK) -> list[int]:
     """The ranks x steps heatmap of step time (minus comm time where reported), the live
     view's beyond BANDED_BEYOND ranks: a slow rank is a red line, one that waits for it
     a blue one. Returns the rows of stragglers, whose labels are red."""
     heat = heat_of({r: metrics.records(r) for r in metrics.ranks}, HEAT_COLUMNS)
     if heat is None:
         ax.set_title("per rank: step time", fontsize=10)
-        _nothing(ax, "no step times reported")
+        _nothing(ax, "no step times reported", ink)
         return []
     image = [[heat_rgba(v, heat.median, HEAT_BASE) for v in row] for row in heat.rows]
     n = len(heat.ranks)
@@ -230,17 +240,23 @@ def _heatmap(ax: Axes, metrics: RunMetrics, stragglers: set[int]) -> list[int]:
     return [k for k, i in enumerate(shown) if heat.ranks[i] in stragglers]
 
 
-def draw_png(metrics: RunMetrics, summary: RunSummary) -> bytes:
+def draw_png(metrics: RunMetrics, summary: RunSummary, ink: str = INK) -> bytes:
     """The run's picture (``draw``) as PNG bytes, transparent."""
     buffer = io.BytesIO()
-    draw(metrics, summary).savefig(
+    draw(metrics, summary, ink).savefig(
         buffer, format="png", transparent=True, pil_kwargs={"compress_level": 6}
     )
     return buffer.getvalue()
 
 
-def draw(metrics: RunMetrics, summary: RunSummary) -> Figure:
-    """Every metric's curves per rank plus the mean, and samples/s per rank.
+def pictures(metrics: RunMetrics, summary: RunSummary) -> tuple[bytes, bytes]:
+    """The run's picture as PNG in INK (any page) and in DARK_INK (a dark theme's)."""
+    return draw_png(metrics, summary), draw_png(metrics, summary, DARK_INK)
+
+
+def draw(metrics: RunMetrics, summary: RunSummary, ink: str = INK) -> Figure:
+    """Every metric's curves per rank plus the mean, and samples/s per rank, with text,
+    axes and the mean in *ink* (INK, or DARK_INK for a dark theme).
 
     The main metric and the bars share the first row; the other metrics follow, two to a
     row (up to MAX_PANELS panels)."""
@@ -255,23 +271,23 @@ def draw(metrics: RunMetrics, summary: RunSummary) -> Figure:
     first = figure.add_subplot(grid[0, 0])
     slow = {r.rank for r in summary.ranks if r.straggler}
     if names:
-        _curves(first, metrics, shown[0], legend=True, stragglers=slow)
+        _curves(first, metrics, shown[0], legend=True, stragglers=slow, ink=ink)
     else:
-        _nothing(first, "no values were reported")
-    _bars(figure.add_subplot(grid[0, 1]), summary)
+        _nothing(first, "no values were reported", ink)
+    _bars(figure.add_subplot(grid[0, 1]), summary, ink)
     for i, name in enumerate(shown[1:]):
         ax = figure.add_subplot(grid[1 + i // 2, i % 2])
-        _curves(ax, metrics, name, legend=False, stragglers=slow)
+        _curves(ax, metrics, name, legend=False, stragglers=slow, ink=ink)
     red: list[int] = []
     if heat:
         heat_ax = figure.add_subplot(grid[-1, :])
-        red = _heatmap(heat_ax, metrics, slow)
+        red = _heatmap(heat_ax, metrics, slow, ink)
     for ax in figure.axes:
-        _style(ax)
+        _style(ax, ink)
     for k in red:  # after the grey of _style
         heat_ax.get_yticklabels()[k].set_color(STRAGGLER)
     if rest:
-        figure.text(0.99, 0.01, f"+{len(rest)} more in the table", ha="right", color=INK)
+        figure.text(0.99, 0.01, f"+{len(rest)} more in the table", ha="right", color=ink)
     figure.tight_layout()
     return figure
 
@@ -353,14 +369,27 @@ def _row(s: RankSummary, state: str, columns: list[str], values: Values | None) 
     return f"<tr data-rank='{s.rank}'{mark}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+# Under the table when a rank's "others wait" is negative (it reads as a mistake otherwise).
+OTHERS_WAIT_NOTE = (
+    "others wait ms: per step (median), how long the other ranks wait for this one (its"
+    " time outside the all-reduce less theirs); below 0, it arrives first and waits for them"
+)
+
+
 def final_html(
     header: str,
     png: bytes,
     summary: RunSummary,
     states: dict[int, str],
     values: Values | None = None,
+    dark_png: bytes | None = None,
 ) -> str:
-    """The picture and the per-rank table (a column per metric), as one HTML block."""
+    """The picture and the per-rank table (a column per metric), as one HTML block.
+
+    With *dark_png* (the picture in DARK_INK) the image carries it as a CSS variable,
+    ``--dn-dark-picture``, which a dark theme shows in its place (``content``:
+    extension/style/chart.css, in the labextension and the live view's bundle); elsewhere,
+    and where a sanitizer drops the variable, the grey picture shows."""
     columns = _columns(summary, values)
     # "others wait": how long, per step, the other ranks wait for this one (the straggler's
     # measure, protocol.mark_stragglers; negative: it waits for them).
@@ -372,7 +401,13 @@ def final_html(
     rows = "".join(_row(s, states.get(s.rank, "-"), columns, values) for s in summary.ranks)
     if values is not None and not any(values.get(r.rank) for r in summary.ranks):
         rows += f"<tr><td colspan='{len(titles)}'>no values were reported</td></tr>"
+    if any(r.others_wait is not None and r.others_wait < 0 for r in summary.ranks):
+        rows += f"<tr><td colspan='{len(titles)}'>{OTHERS_WAIT_NOTE}</td></tr>"
     picture = base64.b64encode(png).decode()
+    style = "max-width:100%"
+    if dark_png is not None:
+        dark = base64.b64encode(dark_png).decode()
+        style += f";--dn-dark-picture:url(data:image/png;base64,{dark})"
     said = (
         f"<div class='dist-notebook-verdict'>{html.escape(verdict_line(summary))}</div>"
         if summary.verdict
@@ -380,8 +415,8 @@ def final_html(
     )
     return (
         f"<div class='dist-notebook-run'><div><b>{html.escape(header)}</b></div>{said}"
-        f"<img src='data:image/png;base64,{picture}' alt='{html.escape(header)}'"
-        f" style='max-width:100%'/>"
+        f"<img src='data:image/png;base64,{picture}' class='dn-final-picture'"
+        f" alt='{html.escape(header)}' style='{style}'/>"
         f"<table class='dist-notebook-ranks'><tr>{head}</tr>{rows}</table></div>"
     )
 

@@ -1,15 +1,28 @@
 """The end's picture and table, and the text progress, on plain data (no cluster): every
 metric reported is drawn and tabled, a run without values says so, the PNG is
-transparent, and the text line lists ranks one by one up to PER_RANK, then min/median/max."""
+transparent, and the text line lists ranks one by one up to PER_RANK, then min/median/max; on a dark
+theme the picture's text is light (its twin in DARK_INK, carried by the HTML)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 
+import numpy as np
+from matplotlib.colors import to_rgb
 from matplotlib.image import imread
 
-from dist_notebook.display.final import draw, draw_png, final_html, last_values, text_summary
+from dist_notebook.display.final import (
+    DARK_INK,
+    INK,
+    draw,
+    draw_png,
+    final_html,
+    last_values,
+    pictures,
+    text_summary,
+)
 from dist_notebook.display.textlive import PER_RANK, progress_lines
 from dist_notebook.metrics import RunMetrics
 from dist_notebook.protocol import Record
@@ -77,6 +90,44 @@ def test_the_picture_is_transparent_so_it_reads_on_a_dark_theme() -> None:
     assert pixels.shape[2] == 4
     assert pixels[0, 0, 3] == 0 and pixels[-1, -1, 3] == 0  # corners: nothing painted
     assert pixels[..., 3].max() == 1.0  # and the curves are drawn opaque
+
+
+JUPYTERLAB_DARK = (0x11 / 255,) * 3  # --jp-layout-color0 of JupyterLab Dark
+
+
+def _brightest_grey_on(png: bytes, background: tuple[float, ...]) -> float:
+    """The brightest grey (text, axes, the mean) of *png* laid on *background*."""
+    rgba = imread(io.BytesIO(png), format="png")
+    alpha = rgba[..., 3:4]
+    seen = rgba[..., :3] * alpha + np.array(background) * (1 - alpha)
+    grey = (np.ptp(rgba[..., :3], axis=2) < 0.02) & (rgba[..., 3] > 0.5)
+    return float(seen[grey].mean(axis=1).max())
+
+
+def test_on_a_dark_theme_the_legend_ticks_and_titles_are_light() -> None:
+    m = run(2, 30, acc=0.5)
+    summary = m.run_summary("r", "succeeded", 30)
+    figure = draw(m, summary, DARK_INK)
+    first = figure.axes[0]
+    shown = [
+        *first.get_legend().get_texts(),
+        *(t for ax in figure.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())),
+        *(ax.title for ax in figure.axes),
+        *(t for ax in figure.axes for t in ax.texts),  # the bars' numbers
+    ]
+    assert len(shown) > 20
+    assert {to_rgb(t.get_color()) for t in shown} == {to_rgb(DARK_INK)}
+    grey, dark = pictures(m, summary)
+    assert _brightest_grey_on(grey, JUPYTERLAB_DARK) < 0.55  # the grey: #808080 at best
+    assert _brightest_grey_on(dark, JUPYTERLAB_DARK) > 0.75  # DARK_INK's #d0d0d0
+    assert to_rgb(INK) == (0x80 / 255,) * 3  # the grey picture is unchanged
+    # the HTML carries both: the grey one shows anywhere, the dark theme's CSS picks the twin
+    html = final_html("r: succeeded", grey, summary, {}, last_values(m), dark_png=dark)
+    assert f"src='data:image/png;base64,{base64.b64encode(grey).decode()}'" in html
+    assert f"--dn-dark-picture:url(data:image/png;base64,{base64.b64encode(dark).decode()})" in (
+        html
+    )
+    assert "class='dn-final-picture'" in html
 
 
 def test_the_text_progress_lists_ranks_up_to_per_rank_then_min_median_max() -> None:
