@@ -5,11 +5,12 @@ JupyterLab, in nbconvert's HTML and on GitHub.
 Drawn once, when the run ends: the live view is the browser's (``live.py``). Colours are
 the live chart's (one per rank, everywhere); every measure is the run summary's. Every
 metric the run reported has a panel (the main one, loss if reported, first) and a column.
-The PNG is transparent with grey text and axes, so it reads on a light and a dark theme;
-a run without values says so instead of drawing empty axes. Beyond BANDED_BEYOND ranks
-the curves are banded as the live chart's (band.py: median, min-max band, the ranks that
-deviate most and the stragglers named), the bars keep the slowest ranks, and a ranks x
-steps heatmap of step time (minus comm time where reported) shows a slow rank as a line.
+The PNG is transparent with grey text and axes, which read on any page; a dark theme
+shows its twin in light ink instead (``pictures``, ``final_html``); a run without values
+says so instead of drawing empty axes. Beyond BANDED_BEYOND ranks the curves are banded
+as the live chart's (band.py: median, min-max band, the ranks that deviate most and the
+stragglers named), the bars keep the slowest ranks, and a ranks x steps heatmap of step
+time (minus comm time where reported) shows a slow rank as a line.
 """
 
 from __future__ import annotations
