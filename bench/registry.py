@@ -300,6 +300,14 @@ BENCHMARKS: tuple[Bench, ...] = (
         docs=("docs/guides/multinode.md",),
     ),
     Bench(
+        "ray_start",
+        "--launcher ray on a loopback Ray head: start to the first collective",
+        "the same ranks with the local launcher",
+        needs="ray (pip install 'dist-notebook[ray]')",
+        results=("ray_start.json", "ray_start.md"),
+        docs=("docs/guides/ray.md",),
+    ),
+    Bench(
         "gpu",
         "GPT-small bf16 on one NCCL rank: samples/s, MFU, NVML's cost, start",
         "the same loop under torchrun",
