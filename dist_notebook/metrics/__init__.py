@@ -1,5 +1,5 @@
 """Pure data: a run's records per rank and the measures derived from them. No display."""
 
-from .series import RankSummary, RunMetrics
+from .series import RunMetrics
 
-__all__ = ["RankSummary", "RunMetrics"]
+__all__ = ["RunMetrics"]
