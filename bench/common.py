@@ -133,9 +133,11 @@ def package_version(name: str) -> str | None:
         return None
 
 
-def write_result(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict[str, Any], path: Path | None = None) -> Path:
+    """Every benchmark's one format: ``{"benchmark": name, ...payload, "machine": ...}`` in
+    ``RESULTS/<name>.json`` (or *path*), which run_all and the docs read."""
+    path = path or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, **payload, "machine": machine()}
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     print(f"wrote {path}", flush=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import re
 import statistics
@@ -35,8 +34,6 @@ import psutil
 from bench import common
 from bench import train_overhead as to
 from dist_notebook.magics.session import Session
-
-RESULTS = common.RESULTS / "cpu_share.json"
 
 
 class ThreadClock:
@@ -124,7 +121,7 @@ def main() -> None:
         nb.stop()
         store.cleanup()
     summary = summarise(raw, speed)
-    RESULTS.write_text(json.dumps({"config": vars(args), **summary}, indent=2) + "\n")
+    common.write_result("cpu_share", {"config": vars(args), **summary})
     print(table(summary))
 
 

@@ -122,12 +122,13 @@ from dist_notebook.engine import reporter as _rep
 if not hasattr(_rep, "_bench_ships"):
     _rep._bench_ships = []
     _os = _rep._Channel._ship
-    def _ship(self, end=False, _os=_os):
-        times = [row[1] for row in list(self._queue)]
+    def _ship(self, *args, _os=_os, **kwargs):
+        times = [r.time for r in list(self._queue)]
         now = time.time()
-        _os(self, end)
+        shipped = _os(self, *args, **kwargs)
         if times:
             _rep._bench_ships.append((now, times))
+        return shipped
     _rep._Channel._ship = _ship
 _rep._bench_ships.clear()
 """

@@ -15,7 +15,6 @@ markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -124,8 +123,7 @@ def main() -> None:
             ip.run_line_magic("dist_cluster", "stop")
         store_dir.cleanup()
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    common.write_result("metrics_latency", results, path=args.out)
     rows = [
         "| rate | report() us p50 / p95 | report -> collector ms p50 / p95 / max | received |",
         "|---|---:|---:|---:|",

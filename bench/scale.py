@@ -689,7 +689,7 @@ def picture(res: dict[str, Any], path: Path) -> None:
 def write(res: dict[str, Any], command: str) -> None:
     res["machine"] = common.machine()
     common.RESULTS.mkdir(parents=True, exist_ok=True)
-    (common.RESULTS / "scale.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    common.write_result("scale", res)
     text = [f"`{command}` ({res['machine']['date']}, load at the end {load()})", ""]
     text += [f"- {part}: `{how}`" for part, how in res.get("commands", {}).items()] + [""]
     if any(k in res for k in ("start", "dispatch", "live")):

@@ -284,8 +284,7 @@ def main() -> None:
                 print(f"rep {rep + 1} ({mode}) {results[mode][-1]:,.0f} samples/s", flush=True)
             # Written after every repetition, so a run cut short still leaves its numbers.
             summary = summarise(args, results, probe, reps_done=rep + 1)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(summary, indent=2) + "\n")
+            common.write_result("train_overhead", summary, path=args.out)
     finally:
         nb.stop()
         store_dir.cleanup()
