@@ -342,6 +342,7 @@ class Progress:
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
+        self._said = False  # no message yet: the clock starts at the first
         self._handle: Any = None
         self._lock = threading.Lock()
         self._cells = _CellWatch.of_shell()
@@ -353,8 +354,11 @@ class Progress:
             cell = cells.running if cells is not None else None
             if cells is not None and cell is None:
                 return  # no cell runs: nowhere to show it (see the class's docstring)
-            if cell != self._cell:
+            if cell != self._cell or not self._said:
+                # Timed from the work's first message, as the cluster's "ready in" is from
+                # its start: the line never reads more than the result it ends in.
                 self._handle, self._cell, self.t0 = None, cell, time.perf_counter()
+                self._said = True
             text = f"[{time.perf_counter() - self.t0:5.1f} s] {message}"
             if self._handle is not None:
                 self._handle.update({"text/plain": text}, raw=True)

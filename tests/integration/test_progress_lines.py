@@ -111,6 +111,20 @@ def test_the_start_cell_holds_only_its_table(started) -> None:  # type: ignore[n
     assert len(out) == 1 and re.search(r"cluster \w+: ready in", out[0]["data"]["text/plain"]), out
 
 
+def test_the_start_line_never_reads_more_than_its_ready_time(started) -> None:  # type: ignore[no-untyped-def]
+    # It once read "[ 14.3 s] creating the gloo process group" above "ready in 11.9 s".
+    _kernel, msgs = started
+    shown = [
+        str(m["content"]["data"].get("text/plain", ""))
+        for m in msgs
+        if m["msg_type"] in ("display_data", "update_display_data")
+    ]
+    seconds = [float(x) for t in shown for x in re.findall(r"^\[\s*(\d+\.\d) s\] ", t)]
+    ready = [float(x) for t in shown for x in re.findall(r": ready in (\d+\.\d+) s", t)]
+    assert seconds and len(ready) == 1, shown
+    assert max(seconds) <= ready[0] + 0.05, (seconds, ready)
+
+
 BLOCKED = (
     "%%dist\nimport time, torch, torch.distributed as dist\n"
     "print('in place', rank, flush=True)\n"
