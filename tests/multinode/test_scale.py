@@ -320,9 +320,9 @@ def mpi_cluster(shell: Any, mpi_hosts: Any) -> Iterator[Any]:
 
 
 def test_mpi_grows_with_another_mpiexec(shell: Any, mpi_cluster: Any) -> None:
-    sets = len(mpi_cluster._engine_sets)
+    sets = len(mpi_cluster.engines.engine_sets())
     _scale(shell, 3)
-    assert len(mpi_cluster._engine_sets) == sets + 1
+    assert len(mpi_cluster.engines.engine_sets()) == sets + 1
     # The new engine's local rank follows h1's present one.
     _expect_places(shell, mpi_cluster, ["h1", "h1", "h2"])
     _expect_ddp(shell, 3)
@@ -330,7 +330,7 @@ def test_mpi_grows_with_another_mpiexec(shell: Any, mpi_cluster: Any) -> None:
 
 def test_mpi_shrinks_and_stops_an_empty_mpiexec(shell: Any, mpi_cluster: Any) -> None:
     _scale(shell, 1)  # h1:2,h2:1 -> h1:1,h2:1 (the added mpiexec is empty) -> h1:1
-    assert len(mpi_cluster._engine_sets) == 1
+    assert len(mpi_cluster.engines.engine_sets()) == 1
     _expect_places(shell, mpi_cluster, ["h1"])
     _expect_engines(mpi_cluster, {"h1": 1, "h2": 0})
     _expect_ddp(shell, 1)

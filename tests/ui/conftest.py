@@ -123,13 +123,28 @@ def shared_lab(shared_lab_server: Lab) -> Iterator[Lab]:
     so the next test finds the server idle."""
     yield shared_lab_server
     shut_down_kernels(shared_lab_server)
+    forget_layouts(shared_lab_server)
 
 
 def _api(lab: Lab, path: str, method: str = "GET") -> object:
-    request = urllib.request.Request(f"{lab.url}api/{path}?token={lab.token}", method=method)
+    return _request(lab, f"api/{path}", method)
+
+
+def _request(lab: Lab, path: str, method: str = "GET") -> object:
+    request = urllib.request.Request(f"{lab.url}{path}?token={lab.token}", method=method)
     with urllib.request.urlopen(request, timeout=30) as response:
         body = response.read()
     return json.loads(body) if body else None
+
+
+def forget_layouts(lab: Lab) -> None:
+    """Delete the workspaces JupyterLab saved, so the next test's page opens only its own
+    notebook: a restored layout keeps an earlier test's notebooks open as hidden tabs, whose
+    cells a page-wide locator would count."""
+    listing = _request(lab, "lab/api/workspaces")
+    assert isinstance(listing, dict)
+    for workspace in listing["workspaces"]["ids"]:
+        _request(lab, f"lab/api/workspaces/{workspace}", method="DELETE")
 
 
 def shut_down_kernels(lab: Lab, timeout: float = 60) -> None:
