@@ -127,6 +127,15 @@ class Backlog:
                 self.changed.wait(left)
             return len(self._items)
 
+    def unwritten(self) -> dict[str | None, int]:
+        """Records per run that are not in the store: waiting, or given up in this wait
+        (the caller holds ``lock``)."""
+        counts = dict(self.dropped)
+        for item in self._items:
+            if item.records:
+                counts[item.run_id] = counts.get(item.run_id, 0) + item.records
+        return counts
+
     def give_back_dropped(self, dropped: dict[str | None, int]) -> None:
         """Counts taken for a write that did not get through (the caller holds ``lock``)."""
         for run_id, count in dropped.items():

@@ -23,6 +23,7 @@ from typing import Any
 from .. import envvars
 from . import backlog
 from .backlog import RETRY_MAX_S, RETRY_MIN_S, Backlog, Job, Pending, Statements, nothing
+from .ledger import Ledger, take_left
 from .location import store_path
 from .schema import (
     StoreError,
@@ -108,6 +109,23 @@ def _dropped_events(dropped: dict[str | None, int], waited: float) -> Statements
     ]
 
 
+def _unwritten_events(lost: dict[str, int], why: str) -> Statements:
+    """A run's event for the records a writer gone before could not write (ledger.py)."""
+    return [
+        (
+            "INSERT INTO events (time, run_id, kind, message) VALUES (?, ?, ?, ?)",
+            (
+                time.time(),
+                run_id,
+                DROPPED_EVENT,
+                f"{count} records of this run were not stored: the run store took no writes"
+                f" ({why or 'the store did not take writes'}) until its kernel exited",
+            ),
+        )
+        for run_id, count in lost.items()
+    ]
+
+
 def fixed(statements: Statements) -> Job:
     return lambda _conn: statements
 
@@ -134,6 +152,11 @@ class QueuedWriter:
                 self._connection()
             except StoreLocked as e:  # written once the store is free: open it then
                 self._wait(Pending(fixed([])), e)
+        # The count of what this writer may fail to write before it ends (ledger.py), and
+        # what writers gone before it could not write, said in their runs' events now.
+        self._ledger = Ledger(self.path)
+        for lost, why in take_left(self.path):
+            self._many(_unwritten_events(lost, why))
         _live.add(self)
 
     # the connection and its transactions --------------------------------------------
@@ -331,11 +354,31 @@ class QueuedWriter:
                 self._conn.close()
                 self._conn = None
         _live.discard(self)
+        self._end_ledger(left)
         if left:
             raise StoreError(
                 f"{left} writes to the run store at {self.path} were not written: it took no"
                 f" writes for {timeout:.0f} s ({self._backlog.reason})"
             )
+
+    def _end_ledger(self, left: int) -> None:
+        """Nothing left: no ledger. Writes left: their records' count, kept for the next
+        writer of the store (the disk may be full now)."""
+        if not left:
+            self._ledger.discard()
+            return
+        with self._backlog.lock:
+            lost, why = self._backlog.unwritten(), self._backlog.reason
+        if any(n for r, n in lost.items() if r) and self._ledger.keep(lost, why):
+            log.warning(
+                "%d records of this kernel's runs were not written to the run store at %s"
+                " (%s): the next program that writes it records how many, in each run",
+                sum(n for r, n in lost.items() if r),
+                self.path,
+                why,
+            )
+        else:
+            self._ledger.discard()
 
     def _transaction(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run *work* in one write transaction now (deletes: never queued)."""
@@ -375,6 +418,7 @@ def _write_at_exit() -> None:
     deadline = time.monotonic() + EXIT_WAIT_S
     for writer in list(_live):
         left = writer.flush(max(0.0, deadline - time.monotonic()))
+        writer._end_ledger(left)
         if left:
             log.warning(
                 "%d writes to the run store at %s were not written before exit (%s): runs"
