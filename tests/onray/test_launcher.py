@@ -27,6 +27,8 @@ from ranklines import printed_by
 from dist_notebook import load_run
 from testbed.cells import TRAIN_CELL
 
+from .raystate import actor_pids, ours
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 NAMED_WITHIN_S = 10.0
 
@@ -38,23 +40,6 @@ def _wait_for(what: str, ok: Callable[[], Any], timeout: float) -> float:
             pytest.fail(f"{what}: not within {timeout} s")
         time.sleep(0.1)
     return time.monotonic() - t0
-
-
-def ours(cluster: Any) -> tuple[list[Any], list[Any]]:
-    """The cluster's live actors and placement groups, from Ray's state API (as `ray
-    list` shows them: named after its ipyparallel cluster id)."""
-    from ray.util.state import list_actors, list_placement_groups
-
-    # None: every cluster's (a failed start may have no ipyparallel cluster left)
-    prefix = f"dist-notebook-{cluster.engines.ipp_cluster_id}-" if cluster else "dist-notebook-"
-    actors = [a for a in list_actors(detail=True, limit=1000) if (a.name or "").startswith(prefix)]
-    groups = [g for g in list_placement_groups(limit=1000) if (g.name or "").startswith(prefix)]
-    return [a for a in actors if a.state != "DEAD"], [g for g in groups if g.state != "REMOVED"]
-
-
-def actor_pids(cluster: Any) -> dict[str, int]:
-    """{actor name: its worker process's pid} of the cluster's live actors."""
-    return {a.name: int(a.pid) for a in ours(cluster)[0]}
 
 
 def all_reduce_ok(shell: Any, n: int) -> None:

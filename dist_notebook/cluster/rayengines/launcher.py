@@ -275,6 +275,8 @@ class RayEngineSetLauncher(EngineLauncher):
                 launcher = self.launchers.get(identifier)
                 if launcher is not None:
                     self.loop.add_callback(launcher.notify_stop, data)
+                    if data["exit_code"] is not None:  # its actor lives: it has the log
+                        self._fetch_output(ray, identifier, launcher)
 
     def _ended(self, ray: Any, identifier: str, ref: Any) -> dict[str, Any]:
         from ray.exceptions import RayActorError
@@ -295,11 +297,17 @@ class RayEngineSetLauncher(EngineLauncher):
             return data
         data["exit_code"] = code
         data["reason"] = f"its engine ended ({engine_exit(code)}) under its Ray actor"
+        return data
+
+    def _fetch_output(self, ray: Any, identifier: str, launcher: RayEngineLauncher) -> None:
+        """The end of an ended engine's log, from its actor, after its end is told (a
+        busy node's answer must not delay the news)."""
         try:
             launcher.output = ray.get(launcher.actor.output.remote(), timeout=OUTPUT_TIMEOUT_S)
         except Exception as e:  # the log is for messages only
             log.debug("output of %s: %s", launcher.actor_name, e)
-        return data
+            return
+        self.outputs[identifier] = launcher.output
 
     def _notice_engine_stopped(self, data: dict[str, Any]) -> None:
         identifier = data["identifier"]
