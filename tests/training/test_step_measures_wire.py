@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,3 +265,20 @@ def test_data_time_is_the_steps_wait_in_a_dataloaders_next() -> None:
     assert got[2] >= 0.03 and max(w for i, w in got.items() if i != 2) < 0.02, waits
     assert elsewhere == [None], "each thread its own wait"
     assert datawait._original is None
+
+
+def test_the_sender_reads_deferred_tensors_before_the_record_goes_on_the_wire() -> None:
+    """report() leaves a GPU tensor in the record (reading it would wait for the GPU); the
+    sender thread reads it (reporter._floats) and ships Record.to_wire()'s row."""
+    import torch
+
+    from dist_notebook.engine import reporter
+
+    deferred: Any = {"samples": torch.tensor(64), "metrics": {"loss": torch.tensor(0.25)}}
+    held = Record(rank=0, step=3, time=1.0, **deferred)
+    row = reporter._floats(held).to_wire()
+    assert row[4] == 64.0 and row[5] == {"loss": 0.25}
+    assert all(type(v) is float for v in (row[4], *row[5].values()))
+    payload = columns.encode("r", 0, [row])
+    assert payload is not None
+    assert columns.decode(payload, columns.is_columns(payload), "r")[1][0].metrics == {"loss": 0.25}
