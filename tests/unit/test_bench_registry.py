@@ -125,3 +125,16 @@ def test_a_missing_peer_is_named_with_the_install_command() -> None:
     for b in registry()["benchmarks"]:
         if b["name"] in ("memory", "round_trip", "cold_start", "throughput"):
             assert "nbdistributed" in b["peers"], b["name"]
+
+
+def test_no_page_cites_a_benchmark_by_its_old_script_path() -> None:
+    pages = [ROOT / "README.md", ROOT / "notebooks" / "README.md", BENCH / "README.md"]
+    pages += [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts]
+    pages += sorted((BENCH / "results").glob("*.md"))
+    modules = [b["target"][6:] for b in registry()["benchmarks"] if b["target"][5] == "."]
+    old = {f"bench/{m}.py" for m in modules}
+    old |= {"python bench/", "bench/run_all.py"}
+    for page in pages:
+        text = page.read_text()
+        for path in sorted(old):
+            assert path not in text, f"{page.relative_to(ROOT)} cites {path}: use python -m bench"
