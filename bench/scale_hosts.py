@@ -411,7 +411,7 @@ def run_kind(kind: str, args: argparse.Namespace, t_bench: float) -> list[dict[s
         return [one_start(kind, None, args, rep, t_bench) for rep in range(args.reps)]
     reason = why_not(kind)
     if reason:
-        raise SystemExit(f"bench/scale_hosts.py: {reason}")
+        raise SystemExit(f"bench scale_hosts: {reason}")
     tmp = Path(tempfile.mkdtemp(prefix=f"dist-bench-{kind}-hosts-"))
     t_print(t_bench, f"{kind}: building {args.hosts} test hosts")
     hosts = TestHosts(tmp, args.hosts).up()
