@@ -402,7 +402,8 @@ def final_html(
     rows = "".join(_row(s, states.get(s.rank, "-"), columns, values) for s in summary.ranks)
     if values is not None and not any(values.get(r.rank) for r in summary.ranks):
         rows += f"<tr><td colspan='{len(titles)}'>no values were reported</td></tr>"
-    if any(r.others_wait is not None and r.others_wait < 0 for r in summary.ranks):
+    # below 0 as the table shows it (-0.0 is 0: no note)
+    if any(r.others_wait is not None and round(r.others_wait * 1000, 1) < 0 for r in summary.ranks):
         rows += f"<tr><td colspan='{len(titles)}'>{OTHERS_WAIT_NOTE}</td></tr>"
     picture = base64.b64encode(png).decode()
     style = "max-width:100%"

@@ -35,3 +35,6 @@ def test_a_negative_others_wait_is_explained_under_the_table() -> None:
 def test_no_note_when_no_rank_waits_for_the_others() -> None:
     html = final_html("r: succeeded", b"", summary_with([0.004, 0.0]), {})
     assert OTHERS_WAIT_NOTE not in html
+    # a wait that the table rounds to -0.0 is no wait either
+    html = final_html("r: succeeded", b"", summary_with([0.004, -0.00002]), {})
+    assert OTHERS_WAIT_NOTE not in html
