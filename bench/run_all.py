@@ -639,7 +639,8 @@ def main() -> None:
     chosen = [p for p in PARTS if not wanted or p.name in wanted]
     for i, part in enumerate(chosen):
         part_args = list(part.quick if args.quick else part.args)
-        later = sum(p.expected_s for p in chosen[i + 1 :])
+        # The time of the parts still to come (those that will run: their peers are here).
+        later = sum(p.expected_s for p in chosen[i + 1 :] if not missing(p.peers))
         left = args.minutes * 60 - (time.perf_counter() - t0) - later
         budget = int(max(30, min(part.budget_s, left)))
         lacking = missing(part.peers)
