@@ -596,7 +596,9 @@ def build(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench run --all", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--quick", action="store_true", help="smoke run: fewer repetitions everywhere"
     )
