@@ -13,6 +13,8 @@ export const STRAGGLER_MIN_SHARE = 0.2;
 
 export const STRAGGLER_MIN_WAIT = 0.002;
 
+export const STRAGGLER_WORK_PERSISTENCE = 0.6;
+
 export const STRAGGLER_MIN_SAMPLES = 10;
 
 /** A float in JSON: a number, or "nan" / "inf" / "-inf" (drawn as gaps). */

@@ -326,3 +326,27 @@ def test_healthy_ranks_lead_of_a_fifth_of_a_short_step_is_no_straggler() -> None
     r1 = run.ranks[1]
     assert r1.waited_for_share == pytest.approx(0.8) and r1.others_wait == pytest.approx(0.9 * MS)
     assert not r1.straggler and run.verdict == "healthy"
+
+
+@pytest.mark.parametrize(("late_steps", "flagged"), [(12, True), (11, False)])
+def test_a_rank_doing_more_work_needs_less_persistence(late_steps: int, flagged: bool) -> None:
+    # Rank 1 computes twice as long; on a busy machine it arrives last in only some steps.
+    late = [k < late_steps for k in range(20)]  # 12 of 20: STRAGGLER_WORK_PERSISTENCE
+    run = run_of(
+        rank_records(0, comm=[(6 if x else 0.5) * MS for x in late], cpu=8 * MS),
+        rank_records(1, comm=[(0.5 if x else 6) * MS for x in late], cpu=16 * MS),
+    )
+    assert protocol.STRAGGLER_WORK_PERSISTENCE == 0.6
+    r1 = run.ranks[1]
+    assert r1.waited_for_share == pytest.approx(late_steps / 20)
+    assert r1.straggler is flagged, r1
+    assert "rank 1 does 2.0x the work" in (run.verdict or "")
+
+
+def test_the_same_lead_without_more_work_is_no_straggler() -> None:
+    late = [k < 15 for k in range(20)]  # 15 of 20, below STRAGGLER_PERSISTENCE
+    run = run_of(
+        rank_records(0, comm=[(6 if x else 0.5) * MS for x in late], cpu=8 * MS),
+        rank_records(1, comm=[(0.5 if x else 6) * MS for x in late], cpu=8 * MS),
+    )
+    assert not run.ranks[1].straggler, run.ranks[1]
