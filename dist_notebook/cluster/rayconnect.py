@@ -18,6 +18,8 @@ from typing import Any
 
 LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 NAMESPACE = "dist_notebook"
+RECONNECT_VAR = "RAY_gcs_rpc_server_reconnect_timeout_s"
+KERNEL_RECONNECT_S = 10 * 365 * 24 * 3600
 START_HINT = "ray start --head --num-cpus N --node-ip-address 127.0.0.1"
 
 
@@ -54,6 +56,10 @@ def connect(address: str = "") -> Any:
 
     if _is_loopback(target) and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_VAR, "0")
+    # Ray ends a driver's process once its cluster's GCS is unreachable for 60 s: a
+    # batch driver's rule, not a kernel's, which must outlive a lost Ray cluster (its
+    # ranks are then marked dead, and stop gives up on Ray: rayengines.launcher).
+    os.environ.setdefault(RECONNECT_VAR, str(KERNEL_RECONNECT_S))
     ray = import_ray()
     if ray.is_initialized():
         return ray

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -64,12 +65,13 @@ def head_env(temp: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="package")
-def ray_head() -> Iterator[str]:
-    """The head's address (127.0.0.1:PORT), with 4 CPUs."""
+@contextmanager
+def started_head(num_cpus: int = 4) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Ray head on loopback of *num_cpus* CPUs, ended after the block: its address
+    (127.0.0.1:PORT) and its ``ray start --block`` process (our child)."""
     temp = tempfile.mkdtemp(prefix="ray-")
     ray = Path(sys.executable).with_name("ray")
-    cmd = [str(ray), "start", "--head", "--block", "--num-cpus", "4"]
+    cmd = [str(ray), "start", "--head", "--block", "--num-cpus", str(num_cpus)]
     cmd += ["--node-ip-address", "127.0.0.1", "--port", "0", "--dashboard-host", "127.0.0.1"]
     cmd += ["--dashboard-port", "0", "--ray-client-server-port", str(_free_port())]
     cmd += ["--temp-dir", temp, "--disable-usage-stats"]
@@ -86,7 +88,7 @@ def ray_head() -> Iterator[str]:
             time.sleep(0.5)
         address = address_file.read_text().strip()
         assert address.startswith("127.0.0.1:"), address
-        yield address
+        yield address, head
     finally:
         head.send_signal(signal.SIGTERM)
         try:
@@ -96,3 +98,10 @@ def ray_head() -> Iterator[str]:
             head.wait(STOP_TIMEOUT_S)
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="package")
+def ray_head() -> Iterator[str]:
+    """The head's address (127.0.0.1:PORT), with 4 CPUs."""
+    with started_head() as (address, _):
+        yield address

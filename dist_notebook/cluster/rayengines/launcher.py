@@ -45,6 +45,7 @@ log = logging.getLogger("dist_notebook")
 WAIT_PERIOD_S = 0.25  # how often the watch thread and the placement wait look
 STOP_TIMEOUT_S = 10.0  # an engine's SIGTERM to SIGKILL, in its actor
 OUTPUT_TIMEOUT_S = 5.0
+STOP_BOUND_S = STOP_TIMEOUT_S + 20.0  # the whole stop through Ray, at most
 ACTOR_THREADS = 4  # wait, signal, stop, output may run at once
 _owned_connections = 0  # engine sets running on the connection this module made
 _connection_lock = threading.Lock()
@@ -327,7 +328,7 @@ class RayEngineSetLauncher(EngineLauncher):
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
-        codes = await loop.run_in_executor(None, self._stop_actors)
+        codes = await loop.run_in_executor(None, self._stop_bounded)
         for identifier, launcher in list(self.launchers.items()):
             launcher.notify_stop(
                 {
@@ -340,6 +341,27 @@ class RayEngineSetLauncher(EngineLauncher):
             )
         if not self.launchers and self.state != "after":
             self.notify_stop(self.stop_data or {"exit_code": None})
+
+    def _stop_bounded(self) -> dict[str, int | None]:
+        """``_stop_actors``, given up after STOP_BOUND_S: with the Ray cluster's head
+        lost (its GCS gone) Ray's calls block for good, and a stop must still return
+        (there is then nothing left in Ray to remove)."""
+        box: dict[str, dict[str, int | None]] = {}
+        worker = threading.Thread(
+            target=lambda: box.setdefault("codes", self._stop_actors()),
+            name=f"dist-notebook-ray-stop-{self.group_name}",
+            daemon=True,
+        )
+        worker.start()
+        worker.join(STOP_BOUND_S)
+        if worker.is_alive():
+            log.warning(
+                "ray engine set %s: Ray did not answer within %.0f s (its cluster lost?); "
+                "stopped without it",
+                self.group_name,
+                STOP_BOUND_S,
+            )
+        return box.get("codes", {})
 
     def _stop_actors(self) -> dict[str, int | None]:
         import sys
