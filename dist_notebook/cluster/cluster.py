@@ -16,14 +16,10 @@ import errno
 import logging
 import os
 import shutil
-import signal
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import replace
+from collections.abc import Iterable
 from typing import Any
-
-import ipyparallel as ipp
 
 from ..engine import shm
 from ..protocol import ClusterState, EngineState
@@ -40,16 +36,16 @@ from .loop import sync_twin
 from .owner import ClusterOwner
 from .profiles import stacks_dir
 from .spec import ClusterConfigError, ClusterSpec
+from .view import ClusterView, Progress
 
 log = logging.getLogger("dist_notebook")
-Progress = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     """The default progress sink: say nothing."""
 
 
-class DistCluster:
+class DistCluster(ClusterView):
     """ipyparallel controller + one engine per rank + the default process group."""
 
     def __init__(
@@ -89,33 +85,6 @@ class DistCluster:
 
     # --- properties ------------------------------------------------------------
     @property
-    def state(self) -> ClusterState:
-        return self.facts.state
-
-    @property
-    def spec(self) -> ClusterSpec:
-        return self.facts.spec
-
-    @property
-    def ranks(self) -> list[RankInfo]:
-        """The rank table, in rank order (a copy: it changes only through move())."""
-        return self.facts.ranks
-
-    @property
-    def failure(self) -> str | None:
-        """Why the cluster cannot work until restarted (the controller died), or None."""
-        return self.facts.failure
-
-    @property
-    def n(self) -> int:
-        return self.spec.n
-
-    @property
-    def client(self) -> ipp.Client | None:
-        """The ipyparallel client of the engines (None before a start and after a stop)."""
-        return self.engines.client
-
-    @property
     def profile_dir(self) -> str:
         return self.engines.profile_dir
 
@@ -131,26 +100,6 @@ class DistCluster:
     def tearing_down(self) -> bool:
         """Engines and controller are being stopped by the cluster itself."""
         return self._tearing_down
-
-    def engine_ids(self, ranks: list[int] | None = None) -> list[int]:
-        """ipyparallel engine ids for *ranks* (all ranks by default), in rank order."""
-        return self.facts.engine_ids(ranks)
-
-    def rank_of(self, engine_id: int) -> int:
-        return self.facts.rank_of(engine_id)
-
-    def require_client(self) -> ipp.Client:
-        return self.engines.require_client()
-
-    def require_ready(self) -> ipp.Client:
-        if self.failure is not None:
-            raise ClusterError(self.failure)
-        if self.state != ClusterState.READY or self.client is None:
-            raise ClusterError(
-                f"the cluster is {self.state.value}, not ready: run %dist_cluster start "
-                "(or %dist_cluster restart)"
-            )
-        return self.client
 
     # --- lifecycle -------------------------------------------------------------
     async def start(self) -> DistCluster:
@@ -270,13 +219,6 @@ class DistCluster:
 
     stop_sync = sync_twin(stop)
 
-    def interrupt(self, ranks: list[int] | None = None) -> None:
-        """Send SIGINT to the ranks' engines (through ipyparallel's control channel)."""
-        if self.client is None:
-            return
-        targets = self.engine_ids(ranks)
-        self.client.send_signal(signal.SIGINT, targets=targets, block=False)
-
     async def __aenter__(self) -> DistCluster:
         return await self.start()
 
@@ -345,20 +287,6 @@ class DistCluster:
             self.master_addr = addr
         self.update(ranks=ranks)
         await self.init_group()
-
-    async def init_group(self) -> None:
-        """(Re-)create the default process group on every rank."""
-        self._generation += 1
-        self.pair_ports = await wiring.init_group(
-            self.require_client(),
-            self.engine_ids(),
-            self.spec,
-            self.backend,
-            self.master_addr or self.spec.ip,  # rank 0's own address on remote hosts
-            self._generation,
-            self.progress,
-        )
-        self.update(ranks=[replace(r, backend=self.backend) for r in self.ranks])
 
     async def _teardown(self) -> None:
         self._tearing_down = True

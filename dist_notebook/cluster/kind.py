@@ -18,15 +18,35 @@ if TYPE_CHECKING:
     from ..store import StoreWriter
     from .facts import RankInfo
     from .ippengines import Engines
-    from .owner import ClusterOwner
     from .spec import ClusterSpec
+
+
+class Owner(Protocol):
+    """Who stops and interrupts the cluster and holds its run, for every entry point:
+    this kernel (``owner.ClusterOwner``) or, for a detached cluster, its keeper, asked
+    over the link (``detached.attached.KeeperOwner``)."""
+
+    run: Any
+
+    def active_run(self) -> Any: ...
+
+    def interrupt(self) -> str: ...
+
+    def stop(self, reason: str = ...) -> str: ...
+
+    def refuse_during_run(self, doing: str) -> None: ...
+
+    def stopping(self) -> bool: ...
+
+    def wait_for_stop(self, timeout: float) -> None: ...
+
+    def watch(self) -> None: ...
 
 
 class Cluster(Protocol):
     id: str
     backend: str
     progress: Callable[[str], None]
-    owner: ClusterOwner
     engines: Engines
     stack_dir: str
     pair_ports: list[int]
@@ -37,6 +57,9 @@ class Cluster(Protocol):
     detached: bool
     keeper_pid: int | None  # (its keeper's pid)
     idle_timeout: float | None  # (it stops after so long unused)
+
+    @property
+    def owner(self) -> Owner: ...
 
     @property
     def state(self) -> ClusterState: ...

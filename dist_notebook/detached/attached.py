@@ -1,6 +1,6 @@
 """A kernel's view of a detached cluster: what the magics hold as their cluster.
 
-It is a DistCluster whose processes are another's: the keeper (detached/keeper.py)
+Its processes are another's: the keeper (detached/keeper.py)
 started them and holds them. Cells go to the engines through this kernel's own
 ipyparallel client (the engines, and every variable on them, are the keeper's and
 outlive this kernel); stop, restart, a training run and the list of dead ranks are asked
@@ -24,15 +24,18 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ipyparallel as ipp
 
 from .. import envvars
-from ..cluster.cluster import ClusterError, DistCluster
-from ..cluster.facts import RankInfo
+from ..cluster.errors import ClusterError, ScaleError
+from ..cluster.facts import ClusterFacts, RankInfo
+from ..cluster.ippengines import Engines
 from ..cluster.spec import ClusterSpec
+from ..cluster.view import ClusterView
 from ..protocol import ClusterState
 from ..store.reader import kernel_alive
 from .keeper import spec_from_json, spec_to_json
@@ -45,6 +48,10 @@ LONG_S = 600.0  # a stop or restart request may take this long
 # The keeper's environment: nothing that would tie it to this kernel.
 NOT_INHERITED = (envvars.PARENT_PID, envvars.WARM)
 _attached: weakref.WeakSet[AttachedCluster] = weakref.WeakSet()
+
+
+def _quiet(_: str) -> None:
+    """The default progress sink: say nothing."""
 
 
 def profiles_base() -> Path:
@@ -197,20 +204,28 @@ class KeeperOwner:
         """The keeper's owner takes the panel's requests."""
 
 
-class AttachedCluster(DistCluster):
-    """A detached cluster, as the kernel attached to it sees it."""
+class AttachedCluster(ClusterView):
+    """A detached cluster, as the kernel attached to it sees it: the keeper's facts
+    mirrored here (its ``ClusterFacts``, written by nobody in this kernel), this kernel's
+    own ipyparallel client of the keeper's engines (its ``Engines``), and the link that
+    asks the keeper for everything that changes the cluster."""
 
     detached = True
 
     def __init__(self, link: KeeperLink, info: dict[str, Any]) -> None:
-        super().__init__(spec_from_json(info["spec"]))
-        self.id = self.facts.id = info["id"]
-        self.link = link
-        self.owner = KeeperOwner(self)  # type: ignore[assignment]
-        self.keeper_pid = int(info["keeper"])
-        self.idle_timeout = info.get("idle_timeout")
-        self._apply(info)
+        spec = spec_from_json(info["spec"])
+        self.id = info["id"]
+        self.backend = spec.resolved_backend
+        self.facts = ClusterFacts(self.id, spec, self.writer, self.backend)
+        self.progress: Callable[[str], None] = _quiet
+        self.engines = Engines(self.id, lambda: self.spec, self.progress)
         self.engines.client = ipp.Client(link.file.client_file)
+        self.link = link
+        self.owner = KeeperOwner(self)
+        self.keeper_pid: int | None = int(info["keeper"])
+        self.idle_timeout: float | None = info.get("idle_timeout")
+        self._generation = 0
+        self._apply(info)
         self._wait_for_client()
         _attached.add(self)
         _register_release()
@@ -295,18 +310,24 @@ class AttachedCluster(DistCluster):
         cluster along the protocol there); this kernel only mirrors its facts."""
         return None
 
-    async def start(self) -> DistCluster:
+    def start_sync(self) -> AttachedCluster:
         raise ClusterError(
             f"cluster {self.id} is detached and already started: %dist_cluster restart, "
             "or stop it and start a new one"
         )
 
-    async def restart(self, everything: bool = False) -> DistCluster:
+    def restart_sync(self, everything: bool = False) -> AttachedCluster:
         self._apply(self.ask("restart", timeout=LONG_S, everything=everything))
         self._wait_for_client()
         return self
 
-    async def stop(self) -> None:
+    def scale_sync(self, n: int, hosts: str | None = None) -> float:
+        raise ScaleError(
+            f"cluster {self.id}: a detached cluster keeps its size: stop it and start one "
+            f"with -n {n} --detach"
+        )
+
+    def stop_sync(self) -> None:
         if self.state in (ClusterState.NEW, ClusterState.STOPPED):
             return
         self.facts.mirror(ClusterState.STOPPING, self.ranks, self.failure)  # as asked
@@ -319,6 +340,10 @@ class AttachedCluster(DistCluster):
         if self.state == ClusterState.STOPPED:
             return {}
         return {int(r): why for r, why in self.ask("dead_ranks").items()}
+
+    def mark_dead(self, ranks: dict[int, str]) -> None:
+        """Nothing to record here: the keeper's health watch marks them in its facts,
+        which the next refresh mirrors."""
 
     def local_pids(self) -> list[int]:
         return []  # the keeper's, not this kernel's

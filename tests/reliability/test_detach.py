@@ -138,10 +138,11 @@ def test_a_killed_kernel_leaves_the_cluster_and_its_run_to_the_next(store: str) 
 
         second = Kernel(store)
         t0 = time.monotonic()
-        out, errors = second.run("%load_ext dist_notebook\n%dist_cluster attach")
+        out = shown(second, "%load_ext dist_notebook\n%dist_cluster attach")
         attach_s = time.monotonic() - t0
-        assert not errors, errors
+        assert "Error" not in out, out
         assert f"attached to cluster {info['id']}" in out, out
+        # the run's line is a display (it becomes the end's line): shown, not printed
         assert "run kept" in out and "in progress" in out, out
         out, errors = second.run("%%dist\nprint('secret', secret)")
         assert not errors, errors
@@ -188,6 +189,11 @@ def test_a_second_kernel_is_refused_then_takes_over_with_force(store: str) -> No
         out, errors = second.run(f"%dist_cluster attach {info['id'][:4]} --force")
         assert not errors, errors
         assert f"attached to cluster {info['id']}" in out, out
+        # its keeper does not scale it: one line naming the fix, the cluster as it was
+        refusal = refused(second, "%dist_cluster scale 3")
+        assert "detached cluster keeps its size" in refusal and "-n 3 --detach" in refusal, refusal
+        out, errors = second.run("%%dist\nprint(world_size)")
+        assert not errors and "2" in out, (out, errors)
         refusal = refused(first, "%%dist\nprint(rank)")
         assert f"taken over by kernel pid {second.pid}" in refusal, refusal
         out, errors = second.run("%dist_cluster stop")
