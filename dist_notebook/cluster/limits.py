@@ -19,6 +19,26 @@ from .spec import ClusterConfigError, ClusterSpec
 
 RANK_MEMORY = 300 * 2**20  # engine 258 MB resident with torch imported (measured), + margin
 ALL_INTERFACES = ("0.0.0.0", "::", "*")
+MAX_IDLE_SECONDS = 365 * 86400.0  # a detached cluster's idle timeout (a year)
+
+
+def check_idle_timeout(idle_timeout: object) -> float | None:
+    """A detached cluster's idle timeout as the keeper takes it (seconds, or None for
+    never); ClusterConfigError naming the range for anything else (the magic's
+    ``--idle-timeout`` is bounded by its parser; this bounds the API's)."""
+    if idle_timeout is None:
+        return None
+    if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float):
+        raise ClusterConfigError(
+            f"idle_timeout={idle_timeout!r}: give a number of seconds, or None for never"
+        )
+    # nan fails every comparison, so "not 0 < value" refuses it, as it refuses inf.
+    if not 0 < idle_timeout <= MAX_IDLE_SECONDS:
+        raise ClusterConfigError(
+            f"idle_timeout={idle_timeout!r}: give more than 0 and at most "
+            f"{MAX_IDLE_SECONDS:.0f} seconds (a year), or None for never"
+        )
+    return float(idle_timeout)
 
 
 def check_capacity(spec: ClusterSpec, asked: str = "-n") -> None:

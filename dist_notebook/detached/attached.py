@@ -31,6 +31,7 @@ from typing import Any
 import ipyparallel as ipp
 
 from .. import envvars
+from ..cluster import limits
 from ..cluster.errors import ClusterError, ScaleError
 from ..cluster.facts import ClusterFacts, RankInfo
 from ..cluster.ippengines import Engines
@@ -89,6 +90,7 @@ def start_detached(
     spec: ClusterSpec, idle_timeout: float | None, progress: Any = print
 ) -> AttachedCluster:
     """Start a keeper for a cluster of *spec* and attach this kernel to it."""
+    idle_timeout = limits.check_idle_timeout(idle_timeout)
     check_writable()
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     keeper = subprocess.Popen(
