@@ -16,7 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-CHECKED = {"ipyparallel": "9.2.0", "ipykernel": "7.4.0", "IPython": "9.18.1", "torch": "2.13.0"}
+CHECKED = {
+    "ipyparallel": "9.2.0",
+    "ipykernel": "7.4.0",
+    "IPython": "9.18.1",
+    "torch": "2.13.0",
+    "ray": "2.60.0",  # optional: the [ray] extra
+}
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,9 @@ PRIVATES: tuple[Private, ...] = (
             "the logger's numbers alone (a third of the cost of DDP's whole logging data)"),
     Private("torch", "torch", "_dynamo",
             "imported early: DDP's constructor imports it (1-2 s), a rank warms it"),
+    # ray (the [ray] extra): the address ray.init() would connect to, checked first.
+    Private("ray", "ray._private.services", "canonicalize_bootstrap_address_or_die",
+            "the GCS address ray.init() will dial, to check that it answers"),
 )  # fmt: skip
 
 
@@ -428,3 +437,18 @@ def import_dynamo() -> None:
     A private module of torch 2.x, imported ahead so the first training cell does not
     wait for it."""
     import torch._dynamo  # noqa: F401
+
+
+# -- ray ------------------------------------------------------------------------------
+
+
+def ray_bootstrap_address(address: str) -> str:
+    """The GCS host:port that ``ray.init(address=...)`` dials for *address* ("auto": the
+    last ``ray start`` here, else a running GCS found on this machine), with loopback
+    turned into the machine's address as Ray does unless told not to.
+
+    ``ray._private.services.canonicalize_bootstrap_address_or_die`` (ray 2.60); it raises
+    ConnectionError where no cluster is found, ValueError for a malformed address."""
+    from ray._private import services
+
+    return str(services.canonicalize_bootstrap_address_or_die(address))

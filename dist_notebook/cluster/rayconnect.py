@@ -14,13 +14,19 @@ only before Ray is imported here.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
+
+from .. import privates
 
 LOOPBACK_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 NAMESPACE = "dist_notebook"
 RECONNECT_VAR = "RAY_gcs_rpc_server_reconnect_timeout_s"
 KERNEL_RECONNECT_S = 10 * 365 * 24 * 3600
 START_HINT = "ray start --head --num-cpus N --node-ip-address 127.0.0.1"
+# How long the GCS may take to accept a connection before we say it does not answer:
+# with the kernel's reconnect rule (above) ray.init() would otherwise dial it for good.
+ANSWER_TIMEOUT_S = 5.0
 
 
 class RayConnectError(RuntimeError):
@@ -63,6 +69,8 @@ def connect(address: str = "") -> Any:
     ray = import_ray()
     if ray.is_initialized():
         return ray
+    if not target.startswith("ray://"):  # (Ray Client dials a server of its own)
+        _check_answers(target)
     try:
         ray.init(
             address=target,
@@ -71,15 +79,47 @@ def connect(address: str = "") -> Any:
             configure_logging=False,
         )
     except ConnectionError as e:
-        where = (
-            "no Ray cluster is running here and neither --address nor RAY_ADDRESS names one"
+        raise _no_cluster(target, e) from None
+    return ray
+
+
+def _no_cluster(target: str, error: ConnectionError) -> RayConnectError:
+    where = (
+        "no Ray cluster is running here and neither --address nor RAY_ADDRESS names one"
+        if target == "auto"
+        else f"no Ray cluster answers at {target} ({str(error).splitlines()[0][:160]})"
+    )
+    return RayConnectError(f"{where}: start one with `{START_HINT}`, or pass --address HOST:PORT")
+
+
+def _check_answers(target: str) -> None:
+    """Raise a RayConnectError unless the GCS that ray.init() will dial for *target*
+    accepts a TCP connection within ANSWER_TIMEOUT_S (a cluster file left by a head that
+    is gone, or a head on loopback this process would reach at the machine's address)."""
+    try:
+        gcs = privates.ray_bootstrap_address(target)
+    except ConnectionError as e:
+        raise _no_cluster(target, e) from None
+    except ValueError as e:
+        raise RayConnectError(
+            f"{target!r} is not a Ray address ({e}): pass --address HOST:PORT"
+        ) from None
+    host, _, port = gcs.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), ANSWER_TIMEOUT_S).close()
+    except (OSError, ValueError) as e:
+        found = "found here" if target == "auto" else f"at {target}"
+        hint = (
+            f"a head on loopback needs {LOOPBACK_VAR}=0 where it starts and here, "
+            "or pass --address HOST:PORT"
             if target == "auto"
-            else f"no Ray cluster answers at {target} ({str(e).splitlines()[0][:160]})"
+            else f"check that `ray status --address {target}` answers, or start one with "
+            f"`{START_HINT}`"
         )
         raise RayConnectError(
-            f"{where}: start one with `{START_HINT}`, or pass --address HOST:PORT"
+            f"the Ray cluster {found} does not answer at {gcs} within "
+            f"{ANSWER_TIMEOUT_S:g} s ({getattr(e, 'strerror', None) or e}): {hint}"
         ) from None
-    return ray
 
 
 def free_resources() -> str:

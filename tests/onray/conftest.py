@@ -57,8 +57,10 @@ def _free_port() -> int:
 def head_env(temp: str) -> dict[str, str]:
     """The environment of a Ray process of the tests: no address, its files in *temp*
     (the tests' token: see above)."""
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
+    # None of what Ray set in this process once it was a driver (a no-cluster subprocess
+    # hung 120 s after test_auto_restart had connected this one): only the tests' token.
+    keep = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") or k in keep}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 (rayconnect.py)
     env["RAY_TMPDIR"] = temp
