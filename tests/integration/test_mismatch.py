@@ -111,7 +111,9 @@ def check_other_op(shell: Any) -> None:
         f"rank 0 waits in collective #{n} (all_reduce, line 3 of this cell) of the default "
         "group, but rank 1 waits in #" + f"{n} as broadcast (line 5 of this cell)"
     ) in message, message
-    assert error._render_traceback_()[0] == message
+    first, debug = error._render_traceback_()[0].split("\n")
+    assert first == message  # the mismatch leads the traceback, one line
+    assert debug.startswith("%dist_debug opens pdb where rank "), debug  # then how to debug
     assert FIX in message
     assert took < WITHIN, f"{took:.1f} s to name the mismatch"
     still_works(shell)

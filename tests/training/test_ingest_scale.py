@@ -35,17 +35,19 @@ RUN = "ingest-under-test"
 PROCS, RANKS_PER_PROC, RECORDS = 4, 8, 1500  # 32 senders, 48,000 records
 
 # One child: RANKS_PER_PROC ranks, each a reporter channel sending RECORDS rows as
-# report() queues them (step, time, step time, comm time, samples, metrics, gpu).
+# report() queues them (protocol.Record: step, time, step time, comm time, samples, metrics).
 SENDER = """
 import sys, time
 from dist_notebook.engine import reporter
+from dist_notebook.protocol import Record
 endpoint, key, run, first, count, n = sys.argv[1:7]
 chans = [reporter._Channel(endpoint, bytes.fromhex(key), run, r)
          for r in range(int(first), int(first) + int(count))]
 now = time.time()
 for step in range(int(n)):
     for c in chans:
-        c.send([step, now + step * 1e-3, 1e-3, 2e-4, 32.0, {"loss": 1.0 / (step + 1)}, None])
+        c.send(Record(rank=c.rank, step=step, time=now + step * 1e-3, step_time=1e-3,
+                      comm_time=2e-4, samples=32.0, metrics={"loss": 1.0 / (step + 1)}))
     if step % 500 == 0:
         time.sleep(0.01)  # as a training loop would: the sender threads get their turn
 for c in chans:
