@@ -1,4 +1,5 @@
-"""%dist_export PATH [--sbatch ...]: the notebook's ranks' cells as a torchrun script."""
+"""%dist_export PATH [--sbatch ...] [--ray-job ...]: the notebook's ranks' cells as a
+torchrun script (and a Slurm job, a Ray job)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ EXAMPLES = """
   %dist_export train.py                      the script: torchrun --standalone ... train.py
   %dist_export train.py --sbatch             and train.sbatch (srun + torchrun)
   %dist_export train.py --sbatch --nodes 2 --gpus-per-node 4 --partition gpu --time 2:00:00
+  %dist_export train.py --ray-job            and train.rayjob.yaml: prints its ray job submit
+  %dist_export train.py --ray-job --address http://head:8265 --gpus-per-node 4
   %dist_export train.py --name digits-long   the batch run's name in %dist_runs
 """
 
@@ -40,6 +43,18 @@ class ExportMagics(Magics):
         "--sbatch", action="store_true", help="also write PATH's .sbatch file (srun + torchrun)"
     )
     @argument(
+        "--ray-job",
+        action="store_true",
+        help="also write PATH's .rayjob.yaml (a Ray job's runtime env) and print the"
+        " ray job submit command that runs the script on one Ray node",
+    )
+    @argument(
+        "--address",
+        metavar="URL",
+        help="ray-job: the Ray job server, http://HEAD:8265 (default: the dashboard of the"
+        " Ray cluster this kernel is connected to)",
+    )
+    @argument(
         "--nodes",
         type=positive_int,
         metavar="N",
@@ -49,13 +64,14 @@ class ExportMagics(Magics):
         "--gpus-per-node",
         type=_gpus,
         metavar="G",
-        help="sbatch: GPUs per node (default: the cluster's, else none)",
+        help="sbatch, ray-job: GPUs per node (default: the cluster's, else none)",
     )
     @argument(
         "--procs-per-node",
         type=positive_int,
         metavar="P",
-        help="sbatch: ranks per node (default: G with GPUs, else the ranks over the nodes)",
+        help="sbatch, ray-job: ranks per node (default: G with GPUs, else the ranks over the"
+        " nodes)",
     )
     @argument("--partition", help="sbatch: the partition (default: the Slurm cluster's)")
     @argument(
@@ -66,35 +82,55 @@ class ExportMagics(Magics):
     @line_magic
     def dist_export(self, line: str) -> None:
         """Write the %%dist cells the ranks ran and the last %%dist_train cell as one
-        torchrun script (and, with --sbatch, a Slurm job); its run is recorded in the run
-        store beside the notebook's."""
+        torchrun script (and, with --sbatch, a Slurm job; with --ray-job, a Ray job); its
+        run is recorded in the run store beside the notebook's."""
         args = parse(self.dist_export, line)
         if args is None:
             return
+        from ..batch import rayjob
         from ..batch.export import ExportError, Options, export, summary
         from ..store import store_path
 
+        if args.address and not args.ray_job:
+            raise UsageError("%dist_export: --address names the Ray job server: add --ray-job")
+        # --nodes, --gpus-per-node, --procs-per-node shape the sbatch file, or else the
+        # Ray job (export() refuses them with neither).
+        shaping = args.sbatch or not args.ray_job
         options = Options(
             path=args.path,
             name=args.name,
             force=args.force,
             sbatch=args.sbatch,
-            nodes=args.nodes,
-            gpus_per_node=args.gpus_per_node,
-            procs_per_node=args.procs_per_node,
+            nodes=args.nodes if shaping else None,
+            gpus_per_node=args.gpus_per_node if shaping else None,
+            procs_per_node=args.procs_per_node if shaping else None,
             partition=args.partition,
             time_limit=args.time_limit,
             account=args.account,
         )
         history = history_of(self.shell)
+        train, store = history.last_train(), str(store_path().resolve())
         try:
-            done = export(
-                history.entries, history.last_train(), options, str(store_path().resolve())
-            )
+            want = None
+            if args.ray_job and args.path and train is not None:  # (else export() says)
+                want = rayjob.wanted(
+                    args.path,
+                    train.engines,
+                    args.address,
+                    args.nodes,
+                    args.gpus_per_node,
+                    args.procs_per_node,
+                    args.force,
+                )
+            done = export(history.entries, train, options, store)
+            job = rayjob.write(want, store, done.values) if want is not None else None
         except ExportError as e:
             raise UsageError(f"%dist_export: {e}") from None
         for text in summary(done):
             print(text)
+        if job is not None:
+            for text in rayjob.summary(job):
+                print(text)
 
 
 def register(shell: Any) -> None:

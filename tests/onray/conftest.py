@@ -64,6 +64,9 @@ def head_env(temp: str) -> dict[str, str]:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep 127.0.0.1 (rayconnect.py)
     env["RAY_TMPDIR"] = temp
+    # A Ray node's python and torchrun are on its PATH (a Ray job's entrypoint is a shell
+    # command there): this environment's.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 
