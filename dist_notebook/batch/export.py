@@ -12,7 +12,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,9 +66,10 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
     for part in code_parts:
         script_file.check_python(part)
     used = script_file.names_used(code_parts)
-    pushes = {e.code: e.values[e.code] for e in entries if e.kind == "push"}
+    pushes = {e.code: e for e in entries if e.kind == "push"}
     wanted = [p.name for p in [*plan.before, *plan.after] if p.kind == "push"]
-    literals, pickled = _values({n: pushes[n] for n in wanted if n in used})
+    # Read only here, each value the script needs (a kept one is loaded from its file).
+    literals, pickled = _values({n: pushes[n].values[n] for n in wanted if n in used})
     spec, engines = train.train_spec, train.engines
     cluster = engines.spec
     name = options.name or spec.name or target.stem
@@ -103,7 +104,7 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
         ),
     )
     _check_compiles(text, target)
-    notes = list(plan.left_out)
+    notes = list(plan.left_out) + _other_kernels(plan)
     if spec.timeout:
         notes.append(
             f"the training's --timeout {spec.timeout:g} is not in the script: bound the job"
@@ -121,6 +122,17 @@ def export(entries: list[Any], train: Any, options: Options, store: str) -> Expo
         _write(sbatch_path, job_text.encode())
     written = (*literals, *pickled)
     return Exported(target, sbatch_path, values_path, plan, name, nproc, notes, batch, written)
+
+
+def _other_kernels(plan: Plan) -> list[str]:
+    """Which cells of the script an earlier kernel ran (their In [N] are that kernel's)."""
+    parts = [*plan.before, plan.train, *plan.after]
+    notes = []
+    for pid in sorted({p.kernel for p in parts if p.kernel is not None}):
+        mine = [replace(p, kernel=None) for p in parts if p.kernel == pid]
+        cells = ", ".join(f"{p.label} {p.name}".rstrip() for p in mine)
+        notes.append(f"{cells} ran in kernel pid {pid}, before this kernel attached")
+    return notes
 
 
 def _check_compiles(text: str, target: Path) -> None:

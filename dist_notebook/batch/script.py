@@ -42,10 +42,11 @@ class Part:
     count: int | None
     ranks: tuple[int, ...] | None = None
     name: str = ""  # push: the variable
+    kernel: int | None = None  # the pid of the (earlier) kernel that ran it, if not this one
 
     @property
     def label(self) -> str:
-        where = f"In [{self.count}]" if self.count is not None else "a cell"
+        where = _where(self)
         magic = {"dist": "%%dist", "train": "%%dist_train", "push": "%dist_push"}[self.kind]
         if self.ranks is not None:
             magic += f" --ranks {','.join(map(str, self.ranks))}"
@@ -94,8 +95,8 @@ def _last_versions(entries: Sequence[Any]) -> list[Part]:
 
 def _part(e: Any) -> Part:
     if e.kind == "push":
-        return Part("push", "", e.count, name=e.code)
-    return Part(e.kind, e.code, e.count, e.ranks)
+        return Part("push", "", e.count, name=e.code, kernel=getattr(e, "kernel", None))
+    return Part(e.kind, e.code, e.count, e.ranks, kernel=getattr(e, "kernel", None))
 
 
 def check_python(part: Part) -> None:
@@ -358,4 +359,5 @@ def _train_section(part: Part, script: Script) -> str:
 
 
 def _where(part: Part) -> str:
-    return f"In [{part.count}]" if part.count is not None else "a cell"
+    where = f"In [{part.count}]" if part.count is not None else "a cell"
+    return where if part.kernel is None else f"{where} of kernel pid {part.kernel}"

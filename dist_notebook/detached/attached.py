@@ -40,6 +40,7 @@ from ..cluster.view import ClusterView
 from ..protocol import ClusterState
 from ..store.reader import kernel_alive
 from .keeper import spec_from_json, spec_to_json
+from .kepthistory import keep_values
 from .keptrun import KeptRun
 from .link import FILE, KeeperError, KeeperGone, KeeperLink, keeper_files
 
@@ -365,6 +366,18 @@ class AttachedCluster(ClusterView):
         run = KeptRun(self, started["id"], started["name"], started["ranks"])
         self.owner.run = run
         return run
+
+    def keep_history(self, entry: dict[str, Any], values: dict[str, Any] | None = None) -> None:
+        """Keep what this kernel ran on the ranks (*entry*, JSON; a push's *values* are
+        pickled into the cluster's private folder) with the keeper, for the kernels that
+        attach later (detached/kepthistory.py)."""
+        if values:
+            entry = keep_values(self.profile_dir, entry, values)
+        self.ask("keep", entry=entry)
+
+    def kept_history(self) -> list[dict[str, Any]]:
+        """What every kernel ran on this cluster's ranks, in order (keep_history's)."""
+        return list(self.ask("history"))
 
     def detach(self) -> None:
         """Let go of the cluster: it goes on (its idle timeout counts from now)."""

@@ -39,6 +39,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from ..cluster.spec import ClusterSpec
 from ..contracts import DetachedModel
 from ..protocol import ACTIVE_RUN_STATES, ClusterState
+from .kepthistory import KeptHistory
 from .link import (
     FILE,
     MAX_MESSAGE_BYTES,
@@ -98,6 +99,8 @@ class Keeper:
         self.holder: int | None = None  # the attached kernel's pid
         self.taken_from: dict[int, int] = {}  # {kernel pid: the pid that took over}
         self.runs: dict[str, Any] = {}
+        self.run_threads: list[threading.Thread] = []
+        self.history = KeptHistory()  # what every kernel ran on the ranks (%dist_export)
         self.idle_since = time.monotonic()
         self._key = secrets.token_bytes(32)
         self._nonces = Nonces()
@@ -301,24 +304,40 @@ class Keeper:
 
     def op_run(self, kernel: int, spec: dict[str, Any]) -> dict[str, Any]:
         """Start a training run here, on a thread of ours: it goes on without the kernel."""
+        from ..store.recorder import record
         from ..training import RunSpec, TrainingRun
-        from .sink import StoreOutputSink
+        from .sink import END_EVENT, StoreOutputSink
 
         self._check_holder(kernel)
         run = TrainingRun(self.cluster, RunSpec(**spec), writer=self.cluster.writer())
         sink = StoreOutputSink(self.cluster.writer(), run.id)
 
         def go() -> None:
+            hint = ""
             try:
-                run.run(sink=sink)
+                hint = run.run(sink=sink).hint
             except Exception as e:  # the run's own end is recorded; this is the keeper's log
                 log.warning("run %s: %s", run.name, e)
             finally:
                 sink.close()
+                # After its end state: the following kernel waits for this (its hint).
+                writer = self.cluster.writer()
+                record(writer, "add_event", END_EVENT, hint, run_id=run.id)
 
-        threading.Thread(target=go, name=f"dist-train-{run.id}", daemon=True).start()
+        thread = threading.Thread(target=go, name=f"dist-train-{run.id}", daemon=True)
+        thread.start()
         self.runs[run.id] = run
+        self.run_threads.append(thread)
         return {"id": run.id, "name": run.name, "ranks": run.ranks}
+
+    def op_keep(self, kernel: int, entry: dict[str, Any]) -> int:
+        """Keep a %%dist cell, push or training the kernel ran on the ranks."""
+        self._check_holder(kernel)
+        return self.history.add(kernel, entry)
+
+    def op_history(self, kernel: int) -> list[dict[str, Any]]:
+        self._check_holder(kernel)
+        return self.history.entries
 
     def op_stop_run(self, kernel: int, run_id: str) -> None:
         self._check_holder(kernel)
@@ -394,6 +413,8 @@ def main() -> None:
         # before this process (and the watcher's daemon thread with it) ends.
         cluster.owner.close()
         cluster.owner.join(timeout=5.0)
+        for thread in keeper.run_threads:  # each run's end event, before the writer closes
+            thread.join(timeout=5.0)
         writer = cluster.writer()
         if writer is not None:
             try:

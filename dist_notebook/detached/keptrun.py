@@ -22,13 +22,14 @@ from ..protocol import ACTIVE_RUN_STATES, RunState
 from ..store import StoreError, StoreReader
 from ..training.run import RunResult
 from ..training.states import RunStates
-from .sink import STREAM_EVENT
+from .sink import END_EVENT, STREAM_EVENT
 
 if TYPE_CHECKING:
     from .attached import AttachedCluster
 
 FOLLOW_S = 0.25  # how often the store is read for new records, output and the state
 GONE_AFTER_S = 30.0  # a run the store no longer says anything of, for this long: lost
+END_WAIT_S = 3.0  # after the run's end state, for the keeper's end event (its hint)
 
 
 class KeptRun:
@@ -120,6 +121,7 @@ class KeptRun:
                         raise
                     stopped = True
                     self.stop()
+            hint = self._end_hint()
         finally:
             if self._reader is not None:
                 self._reader.close()
@@ -133,7 +135,22 @@ class KeptRun:
             ended=row_ended,
             rank_states=dict(self.rank_states),
             records=self.metrics.count,
+            hint=hint,
         )
+
+    def _end_hint(self) -> str:
+        """The keeper's line for the run's end (a Stop's "run NAME cancelled: ... stopped
+        cluster ID"), written just after its end state; "" if none comes in END_WAIT_S."""
+        assert self._reader is not None
+        deadline = time.monotonic() + END_WAIT_S
+        while True:
+            try:
+                events = self._reader.events_since(self.id, END_EVENT, 0)
+            except StoreError:
+                events = []
+            if events or time.monotonic() > deadline:
+                return str(events[-1]["message"] or "") if events else ""
+            time.sleep(0.05)
 
 
 def follow_in_background(

@@ -17,6 +17,10 @@ from ..store import StoreWriter
 from ..store.recorder import record
 
 STREAM_EVENT = "stream"
+# The keeper's run ended: its end message's extra line (RunResult.hint, e.g. "run NAME
+# cancelled: the panel's Stop stopped cluster ID; ..."), "" for none; written after the
+# run's end state, for the kernel that follows it (detached/keptrun.py).
+END_EVENT = "kept_run_end"
 MAX_DISPLAY_BYTES = 1 << 20  # a larger display (a big picture) is named, not kept
 TAIL_LINES = 20  # each rank's last lines, for the run's tab in the panel (as a kernel's run)
 

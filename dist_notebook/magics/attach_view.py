@@ -44,9 +44,12 @@ def follow_attached(run: Any) -> None:
 
 
 def ended_line(label: str, result: Any) -> str:
-    """The follow line once the run is over: its end state and how long it ran."""
+    """The follow line once the run is over: its end state and how long it ran, and the
+    keeper's line on its end, if any (a panel Stop: the cluster was stopped)."""
     seconds = max(0.0, result.ended - result.started)
-    return f"{label} ended {result.state.value} after {seconds:.0f} s"
+    text = f"{label} ended {result.state.value} after {seconds:.0f} s"
+    hint = getattr(result, "hint", "")
+    return f"{text}\n{hint}" if hint else text
 
 
 __all__ = ["ended_line", "follow_attached"]

@@ -10,16 +10,27 @@ training ran on.
 A cell is known by its id (the front end's cell id, from IPython's ``pre_run_cell``), so
 a re-run cell replaces its earlier version; without an id (a plain IPython shell) by its
 text.
+
+On a detached cluster each entry is also kept with the cluster (its keeper, and a push's
+value in the cluster's private folder: detached/kepthistory.py). A kernel that attaches
+takes in what the kernels before it ran there (after the attach's cell, or before its
+own first entry there), in their order and ahead of its own, so its export holds them.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import logging
+import os
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..cluster.kind import Cluster
+
+log = logging.getLogger("dist_notebook")
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,30 @@ class Engines:
             devices=tuple(str(getattr(r, "device", "cpu")) for r in ranks),
         )
 
+    def to_json(self) -> dict[str, Any]:
+        from ..detached.keeper import spec_to_json
+
+        return {
+            "cluster_id": self.cluster_id,
+            "pids": list(self.pids),
+            "spec": None if self.spec is None else spec_to_json(self.spec),
+            "backend": self.backend,
+            "devices": list(self.devices),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Engines:
+        from ..detached.keeper import spec_from_json
+
+        spec = data.get("spec")
+        return cls(
+            cluster_id=str(data["cluster_id"]),
+            pids=tuple(int(p) for p in data["pids"]),
+            spec=None if spec is None else spec_from_json(spec),
+            backend=str(data.get("backend") or ""),
+            devices=tuple(str(d) for d in data.get("devices") or ()),
+        )
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -53,9 +88,10 @@ class Entry:
     count: int | None  # the cell's execution count, In [count]
     engines: Engines
     ranks: tuple[int, ...] | None = None  # None: every rank
-    values: dict[str, Any] = field(default_factory=dict)  # push: {name: value}
+    values: Mapping[str, Any] = field(default_factory=dict)  # push: {name: value}
     train_spec: Any = None  # train: the RunSpec
     run: Any = None  # train: the TrainingRun (its state, at export)
+    kernel: int | None = None  # the pid of the kernel that ran it, if not this one
 
 
 class History:
@@ -68,6 +104,8 @@ class History:
         self.entries: list[Entry] = []
         self._seq = itertools.count()
         self._cell_id: str | None = None
+        self._synced: weakref.WeakSet[Any] = weakref.WeakSet()  # attached clusters taken in
+        self._imported: set[tuple[str, int]] = set()  # (cluster id, keeper's seq)
         if shell is not None and hasattr(shell, "events"):
             shell.events.register("pre_run_cell", self._pre_run_cell)
             shell.events.register("post_run_cell", self._post_run_cell)
@@ -84,12 +122,40 @@ class History:
 
     def _post_run_cell(self, result: Any) -> None:
         self._cell_id = None
+        from .session import Session
+
+        cluster = Session.for_shell(self.shell).cluster
+        if cluster is not None and getattr(cluster, "detached", False):
+            self._sync(cluster)
+
+    def _sync(self, cluster: Any) -> None:
+        """Take in what other kernels ran on the detached *cluster* (once per attach)."""
+        from ..cluster.errors import ClusterError
+        from ..protocol import ClusterState
+
+        if cluster in self._synced or cluster.state != ClusterState.READY:
+            return
+        try:
+            kept = cluster.kept_history()
+        except ClusterError as e:  # gone: the next cell says so, in its own line
+            log.debug("cluster %s: no kept history: %s", cluster.id, e)
+            return
+        self._synced.add(cluster)
+        for data in kept:
+            mark = (str(cluster.id), int(data["seq"]))
+            if data.get("kernel") == os.getpid() or mark in self._imported:
+                continue  # this kernel's own (in self.entries already), or taken in before
+            self._imported.add(mark)
+            self.entries.append(_from_kept(data, cluster.profile_dir, next(self._seq)))
 
     def _count(self) -> int | None:
         count = getattr(self.shell, "execution_count", None)
         return count if isinstance(count, int) else None
 
     def _add(self, kind: str, key: str, code: str, cluster: Cluster, **extra: Any) -> Entry:
+        detached = getattr(cluster, "detached", False)
+        if detached:
+            self._sync(cluster)  # what the kernels before this one ran there comes first
         entry = Entry(
             kind=kind,
             key=key,
@@ -100,7 +166,31 @@ class History:
             **extra,
         )
         self.entries.append(entry)
+        if detached:
+            self._keep(cluster, entry)
         return entry
+
+    def _keep(self, cluster: Any, entry: Entry) -> None:
+        """Keep *entry* with the detached cluster, for the kernels that attach later."""
+        from ..cluster.errors import ClusterError
+        from ..privatedir import UnsafeDirectoryError
+
+        data: dict[str, Any] = {
+            "kind": entry.kind,
+            "key": entry.key,
+            "code": entry.code,
+            "count": entry.count,
+            "ranks": None if entry.ranks is None else list(entry.ranks),
+            "engines": entry.engines.to_json(),
+        }
+        if entry.kind == "train":
+            data["train_spec"] = asdict(entry.train_spec)
+            data["run"] = {"id": entry.run.id, "name": entry.run.name}
+        try:
+            cluster.keep_history(data, entry.values)
+        except (ClusterError, OSError, UnsafeDirectoryError) as e:
+            # The cell ran; only a later kernel's %dist_export will lack it.
+            log.warning("cluster %s: %s not kept for later kernels: %s", cluster.id, entry.kind, e)
 
     def _cell_key(self, kind: str, code: str) -> str:
         return f"{kind}:id:{self._cell_id}" if self._cell_id else f"{kind}:text:{code}"
@@ -141,3 +231,88 @@ class History:
 
 def history_of(shell: Any) -> History:
     return History.for_shell(shell)
+
+
+class KeptValues(Mapping[str, Any]):
+    """A kept push's value, loaded from the cluster's private folder when the export
+    needs it (ExportError, naming the fix, when it cannot be)."""
+
+    def __init__(self, profile_dir: str, kept: dict[str, Any]) -> None:
+        self.profile_dir = profile_dir
+        self.kept = kept
+
+    def __getitem__(self, name: str) -> Any:
+        from ..batch.script import ExportError
+        from ..detached.kepthistory import KeptValueError, load_value
+
+        try:
+            return load_value(self.profile_dir, self.kept[name])
+        except KeptValueError as e:
+            raise ExportError(
+                f"the value {name!r} an earlier kernel pushed cannot be loaded ({e}): push it"
+                " again from this kernel (or make it on the ranks in a %%dist cell), then"
+                " export again"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.kept)
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A kept training's run as the export reads it: its name, id and state (the store's)."""
+
+    id: str
+    name: str
+
+    @property
+    def state(self) -> Any:
+        from ..protocol import RunState
+        from ..store import StoreError, StoreReader
+
+        try:
+            reader = StoreReader()
+            try:
+                row = reader.run(self.id)
+            finally:
+                reader.close()
+        except StoreError as e:
+            log.debug("run %s: %s", self.id, e)
+            return None
+        state = None if row is None else row.get("state")
+        return RunState(state) if state in RunState._value2member_map_ else None
+
+
+def _from_kept(data: dict[str, Any], profile_dir: str, seq: int) -> Entry:
+    """An Entry from the keeper's JSON (detached/kepthistory.py)."""
+    from ..training.run import RunSpec
+
+    kind = str(data["kind"])
+    ranks = data.get("ranks")
+    spec, run = None, None
+    if kind == "train":
+        given = dict(data["train_spec"])
+        if given.get("ranks") is not None:
+            given["ranks"] = tuple(given["ranks"])
+        spec = RunSpec(**given)
+        run = StoredRun(str(data["run"]["id"]), str(data["run"]["name"]))
+    values: Mapping[str, Any] = {}
+    if kind == "push":
+        values = KeptValues(profile_dir, dict(data.get("values") or {}))
+    kernel = data.get("kernel")
+    return Entry(
+        kind=kind,
+        key=str(data["key"]),
+        code=str(data["code"]),
+        seq=seq,
+        count=data.get("count"),
+        engines=Engines.from_json(data["engines"]),
+        ranks=None if ranks is None else tuple(ranks),
+        values=values,
+        train_spec=spec,
+        run=run,
+        kernel=kernel if isinstance(kernel, int) else None,
+    )
