@@ -3,8 +3,9 @@
 Rank 0 records the job as a cluster (``batch-...``, its ranks with host, pid and device)
 and the run (pending, running, then succeeded, failed or cancelled, each rank's state),
 and hosts the collector that stores every rank's ``report()``: the same collector, store
-writer and exporters (``--tensorboard``, ``--mlflow``) as a notebook's run. Why rank 0
-alone writes, and how the others' records and outcomes reach it: ``runtime.py``.
+writer and exporters (``--tensorboard``, ``--mlflow``) as a notebook's run. The states
+move through the same checked doors as a notebook's cluster and run (``jobfacts.py``).
+Why rank 0 alone writes, and how the others' records and outcomes reach it: ``runtime.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..protocol import Record
 from ..store.recorder import record
 from . import outcomes
 from .control import owner_pid, watch
+from .jobfacts import JobFacts
 
 if TYPE_CHECKING:
     from . import runtime
@@ -92,6 +94,7 @@ class BatchRun:
         self.mlflow = mlflow
         self.cluster_id, self.run_id = outcomes.new_ids()
         self.writer: Any = None
+        self.facts: JobFacts | None = None  # the cluster's and the run's doors (rank 0)
         self.watching: Any = None  # the panel's Stop, on one host (control.py)
         self.collector: Any = None
         self.exports: Any = None
@@ -109,19 +112,11 @@ class BatchRun:
         except StoreError as e:  # the job trains on; its records are not kept
             print(f"dist-notebook: the run is not recorded: {e}", file=sys.stderr)
         w = self.writer
-        record(
-            w,
-            "add_cluster",
-            self.cluster_id,
-            n=self.job.world_size,
-            backend=self.job.backend,
-            # rank 0 on one host (control.py says why and when), else no owner
-            kernel_pid=owner_pid(self.job.local_world, self.job.world_size),
-            profile_dir="",
-            ipp_cluster_id="",
+        facts = self.facts = JobFacts(
+            w, self.cluster_id, self.run_id, self.job.world_size, self.job.backend
         )
-        record(w, "set_cluster_state", self.cluster_id, "ready", self.job.backend)
-        record(w, "set_ranks", self.cluster_id, infos)
+        # rank 0 on one host (control.py says why and when), else no owner
+        facts.started(infos, owner_pid(self.job.local_world, self.job.world_size))
         script = _script_text()
         record(
             w,
@@ -160,18 +155,14 @@ class BatchRun:
             ip=_collector_ip(self.job),
             sinks=self.exports.sinks,
         )
-        record(w, "set_run_state", self.run_id, "running")
-        for rank in self.ranks:
-            record(w, "set_run_rank", self.run_id, rank, "running")
+        facts.running()
         return self.collector.endpoint, key
 
     def _cluster_ended(self) -> None:
         if self.watching is not None:
             self.watching.set()
-        for rank in self.ranks:
-            record(self.writer, "set_rank_state", self.cluster_id, rank, "stopped")
-        record(self.writer, "set_cluster_state", self.cluster_id, "stopping")
-        record(self.writer, "set_cluster_state", self.cluster_id, "stopped")
+        if self.facts is not None:
+            self.facts.stopped()
         if self.writer is not None:
             self.writer.close()
 
@@ -192,9 +183,8 @@ class BatchRun:
         else:
             state, error = "succeeded", None
         self.exports.close(state, error)
-        for rank, (rank_state, rank_error) in states.items():
-            record(self.writer, "set_run_rank", self.run_id, rank, rank_state, rank_error)
-        record(self.writer, "set_run_state", self.run_id, state, error)
+        if self.facts is not None:
+            self.facts.ended(state, error, states)
         took = time.time() - self.started
         print(
             f"run {self.name} ({self.run_id}) {state} in {took:.1f} s;"

@@ -11,15 +11,22 @@ properties here and on ``DistCluster``, and ``RankInfo`` is frozen.
 
 A kernel attached to a detached cluster only mirrors what the keeper (the cluster's one
 writer) reports: ``mirror`` takes the keeper's facts as they are and writes nothing.
+
+Clusters that no ``DistCluster`` holds go through the same door: a batch job's recorder
+(``batch/jobfacts.py``) holds a ``ClusterFacts`` of its own, and a process that finds a
+cluster in the store (the Jupyter server stopping one whose kernel is gone) takes it up
+with ``from_row`` at the state the store says, so a move the protocol does not allow from
+there is refused as the owner's would be. Their spec is a ``RankCount``: all the facts
+read of a spec is its rank count.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..protocol import ClusterState, EngineState, can_move, check_move
 from ..store.recorder import record
@@ -27,7 +34,6 @@ from .errors import ClusterError
 
 if TYPE_CHECKING:
     from ..store import StoreWriter
-    from .spec import ClusterSpec
 
 # Cluster states that end every rank's engine: the ranks read stopped too.
 _ENDING = frozenset({ClusterState.STOPPED, ClusterState.FAILED, ClusterState.ORPHANED})
@@ -52,6 +58,29 @@ class RankInfo:
         return asdict(self)
 
 
+# The engine id of a rank that has no ipyparallel engine (a batch job's torchrun worker):
+# the store holds null for it.
+NO_ENGINE = -1
+
+
+class Sized(Protocol):
+    """What the facts read of a cluster's spec: its rank count."""
+
+    @property
+    def n(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class RankCount:
+    """The spec of a cluster known only by its rank count: a batch job's, or one taken up
+    from the store (``from_row``)."""
+
+    n: int
+
+
+SpecT = TypeVar("SpecT", bound=Sized)
+
+
 class Keep:
     """The default of ``move``'s *failure*: leave the failure as it is."""
 
@@ -59,13 +88,14 @@ class Keep:
 KEEP = Keep()
 
 
-class ClusterFacts:
-    """State, spec, rank table and failure of one cluster, behind one lock."""
+class ClusterFacts(Generic[SpecT]):
+    """State, spec, rank table and failure of one cluster, behind one lock. The spec is a
+    ``ClusterSpec`` for a cluster this kernel starts, a ``RankCount`` otherwise."""
 
     def __init__(
         self,
         cluster_id: str,
-        spec: ClusterSpec,
+        spec: SpecT,
         writer: Callable[[], StoreWriter | None],
         backend: str = "",
     ) -> None:
@@ -84,7 +114,7 @@ class ClusterFacts:
         return self._state
 
     @property
-    def spec(self) -> ClusterSpec:
+    def spec(self) -> SpecT:
         return self._spec
 
     @property
@@ -117,7 +147,7 @@ class ClusterFacts:
         self,
         new: ClusterState,
         *,
-        spec: ClusterSpec | None = None,
+        spec: SpecT | None = None,
         ranks: Iterable[RankInfo] | None = None,
         failure: str | None | Keep = KEEP,
         only_from: Iterable[ClusterState] | None = None,
@@ -145,9 +175,7 @@ class ClusterFacts:
             self._store(new, ranks_changed=ranks is not None)
             return True
 
-    def update(
-        self, *, spec: ClusterSpec | None = None, ranks: Iterable[RankInfo] | None = None
-    ) -> None:
+    def update(self, *, spec: SpecT | None = None, ranks: Iterable[RankInfo] | None = None) -> None:
         """Change the spec or the rank table, in the state the cluster is in now (read
         under the lock: a move by another thread in between is never undone)."""
         with self._lock:
@@ -176,7 +204,7 @@ class ClusterFacts:
         state: ClusterState,
         ranks: Iterable[RankInfo],
         failure: str | None,
-        spec: ClusterSpec | None = None,
+        spec: SpecT | None = None,
     ) -> None:
         """Take another process's facts as they are (a detached cluster's keeper, its
         one writer, moved them along the protocol and recorded them); nothing is
@@ -201,7 +229,7 @@ class ClusterFacts:
             writer, "set_cluster_state", self.id, state.value, self.backend or None, self._spec.n
         )
         if ranks_changed:
-            record(writer, "set_ranks", self.id, [r.to_dict() for r in self._ranks])
+            record(writer, "set_ranks", self.id, [_stored(r) for r in self._ranks])
         elif state in _ENDING:
             for r in self._ranks:
                 record(writer, "set_rank_state", self.id, r.rank, EngineState.STOPPED.value)
@@ -213,3 +241,38 @@ class ClusterFacts:
         ):
             return info
         return dataclasses.replace(info, state=EngineState.STOPPED.value)
+
+
+def _stored(info: RankInfo) -> dict[str, Any]:
+    """*info* as the store's ``ranks`` row holds it (no engine: null)."""
+    row = info.to_dict()
+    if info.engine_id == NO_ENGINE:
+        row["engine_id"] = None
+    return row
+
+
+def from_row(
+    row: Mapping[str, Any], writer: Callable[[], StoreWriter | None]
+) -> ClusterFacts[RankCount]:
+    """The facts of a cluster as the run store holds them (*row*: what
+    ``StoreReader.cluster`` returns), for a process that did not start it to move it
+    through the same door: a move the protocol does not allow from the stored state
+    raises ``IllegalMove``, and each move is written as the owner's would be."""
+    ranks = [
+        RankInfo(
+            rank=int(r["rank"]),
+            engine_id=NO_ENGINE if r.get("engine_id") is None else int(r["engine_id"]),
+            host=r.get("host") or "",
+            pid=int(r.get("pid") or 0),
+            device=r.get("device") or "",
+            backend=row.get("backend") or "",
+            state=EngineState(r.get("state") or EngineState.IDLE.value).value,
+            node_rank=int(r.get("node_rank") or 0),
+        )
+        for r in row.get("ranks") or ()
+    ]
+    facts = ClusterFacts(
+        row["id"], RankCount(int(row.get("n") or len(ranks) or 1)), writer, row.get("backend") or ""
+    )
+    facts.mirror(ClusterState(row["state"]), ranks, None)
+    return facts

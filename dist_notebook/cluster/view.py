@@ -30,7 +30,7 @@ class ClusterView:
 
     id: str
     backend: str
-    facts: ClusterFacts
+    facts: ClusterFacts[ClusterSpec]
     engines: Engines
     progress: Progress
     master_addr: str | None

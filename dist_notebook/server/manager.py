@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import privates
-from ..cluster import reap
+from ..cluster import facts, reap
 from ..contracts import (
     ActionReply,
     ClusterAction,
@@ -328,8 +328,9 @@ class RunStoreManager:
     def _record(self, reply: ActionReply, row: dict[str, Any], stopped: bool) -> ActionReply:
         """Write what the server did to a cluster whose kernel is gone: the cluster and
         its unfinished runs are orphaned (the kernel's own view, if it comes back late,
-        cannot overwrite that), then stopped. The action has happened either way: a store
-        that cannot be written is a warning in the reply."""
+        cannot overwrite that), then stopped, through the door a cluster's owner moves it
+        by (``cluster.facts.from_row``, at the state the store says now). The action has
+        happened either way: a store that cannot be written is a warning in the reply."""
         cluster_id = reply["id"]
         message = (
             f"{reply['action']} by the Jupyter server: the kernel that owned the cluster"
@@ -340,9 +341,8 @@ class RunStoreManager:
             try:
                 writer.close_orphans(lambda pid: kernel_alive(pid))
                 if stopped:
-                    writer.set_cluster_state(cluster_id, "stopped")
-                    for r in row["ranks"]:
-                        writer.set_rank_state(cluster_id, r["rank"], "stopped")
+                    now = self._cluster_row(cluster_id)  # orphaned by now, if it was live
+                    facts.from_row(now, lambda: writer).move(ClusterState.STOPPED)
                 writer.add_event(reply["action"], message, cluster_id=cluster_id)
             finally:
                 writer.close()

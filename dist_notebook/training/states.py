@@ -50,7 +50,8 @@ class RunStates:
         detail: Mapping[int, str] | None = None,
     ) -> None:
         """Move the run to *state* and the given ranks to theirs (*detail*: a rank's
-        error), and record it in the store."""
+        error), and record it in the store. A move the protocol does not allow, of the
+        run or of any rank, raises ``IllegalMove`` and changes nothing."""
         with self._lock:
             check_move(self._state, state, RunState, f"run {self.id}")
             for rank, rank_state in ranks.items():
@@ -58,7 +59,7 @@ class RunStates:
                 check_move(old, rank_state, RunRankState, f"rank {rank} of run {self.id}")
             self._state = state
             self._ranks.update({r: RunRankState(s).value for r, s in ranks.items()})
-            record(self._writer, "set_run_state", self.id, state.value, error)
+            # The ranks first: a reader that finds the run ended finds its ranks' ends.
             for rank, rank_state in ranks.items():
                 record(
                     self._writer,
@@ -68,6 +69,7 @@ class RunStates:
                     RunRankState(rank_state).value,
                     (detail or {}).get(rank),
                 )
+            record(self._writer, "set_run_state", self.id, state.value, error)
 
     def mirror(self, state: RunState, ranks: Mapping[int, str]) -> bool:
         """Take the states another process recorded (it moved them along the protocol;

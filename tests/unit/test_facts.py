@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dist_notebook.cluster.facts import ClusterFacts, RankInfo
+from dist_notebook.cluster.facts import ClusterFacts, RankInfo, from_row
 from dist_notebook.cluster.spec import ClusterSpec
 from dist_notebook.protocol import (
     ClusterState,
@@ -260,6 +260,91 @@ def test_rank_info_changes_only_through_the_door() -> None:
     info = _ranks(1)[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.state = "dead"  # type: ignore[misc]
+
+
+# --- a cluster taken up from the store (the Jupyter server's, its kernel gone) ----------
+def _stored_row(path: Path) -> dict[str, Any]:
+    reader = StoreReader(path)
+    try:
+        row = reader.cluster(CLUSTER)
+    finally:
+        reader.close()
+    assert row is not None
+    return row
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(_STEP, max_size=12),
+    targets=st.lists(st.sampled_from(list(ClusterState)), min_size=1, max_size=4),
+)
+def test_a_cluster_taken_up_from_the_store_moves_through_the_same_door(
+    tmp_path_factory: Any, steps: list[Any], targets: list[ClusterState]
+) -> None:
+    """The owner moves the cluster anywhere (its moves drawn as above), then a process
+    that only reads the store (the server) takes it up: it sees what the owner left, and
+    its moves are checked from there: a stopped or failed cluster is not moved back to
+    live, an illegal move is refused and writes nothing, a legal one leaves memory, store
+    and REST answer equal."""
+    path = tmp_path_factory.mktemp("stored") / "runs.sqlite"
+    owner, writer = _new_facts(path)
+    try:
+        for kind, arg in steps:
+            try:
+                if kind == "cluster":
+                    owner.move(arg)
+                elif kind == "rank":
+                    owner.move_rank(*arg)
+                else:
+                    spec = dataclasses.replace(owner.spec, n=arg)
+                    owner.update(spec=spec, ranks=_ranks(arg))
+            except IllegalMove:
+                continue
+        taken = from_row(_stored_row(path), lambda: writer)
+        assert _three_sides(taken, path)[0] == _three_sides(owner, path)[0]
+        for target in targets:
+            before = _three_sides(taken, path)
+            legal = can_move(taken.state, target, ClusterState)
+            try:
+                taken.move(target)
+            except IllegalMove:
+                assert not legal
+                assert _three_sides(taken, path) == before  # refused: nothing written
+            else:
+                assert legal and taken.state == target
+            memory, store, rest = _three_sides(taken, path)
+            assert memory == store == rest, target
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "state", [ClusterState.READY, ClusterState.FAILED, ClusterState.ORPHANED, ClusterState.STOPPED]
+)
+def test_the_servers_stop_of_a_stored_cluster(tmp_path: Path, state: ClusterState) -> None:
+    """What the server records after stopping a cluster whose kernel is gone: from the
+    state the store holds, stopped with every rank (a dead rank too), a second stop stays
+    put, and a move back to live from there is refused."""
+    path = tmp_path / "runs.sqlite"
+    owner, writer = _new_facts(path)
+    try:
+        owner.move(ClusterState.READY)
+        owner.move_rank(1, EngineState.DEAD)
+        owner.move(state)
+        taken = from_row(_stored_row(path), lambda: writer)
+        assert taken.state == state and taken.spec.n == 2
+        taken.move(ClusterState.STOPPED)
+        taken.move(ClusterState.STOPPED)
+        for side in _three_sides(taken, path):
+            assert side["state"] == "stopped" and set(side["ranks"].values()) == {"stopped"}
+        again = from_row(_stored_row(path), lambda: writer)
+        with pytest.raises(IllegalMove, match="stopped -> ready"):
+            again.move(ClusterState.READY)
+        assert _stored_row(path)["state"] == "stopped"
+    finally:
+        writer.close()
 
 
 # --- runs -------------------------------------------------------------------------------
