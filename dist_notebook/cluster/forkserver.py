@@ -110,6 +110,12 @@ class ForkServer:
         with self._cond:
             return not self._closed
 
+    @property
+    def error(self) -> str:
+        """Why the server failed or ended ("" while it serves)."""
+        with self._cond:
+            return self._error
+
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> bool:
         """Wait until the server has its imports done; False if it failed or died."""
         with self._cond:

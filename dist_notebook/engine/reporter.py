@@ -211,6 +211,11 @@ def remove_step_hook(hook: Any) -> None:
         _step_hooks.remove(hook)
 
 
+def step_hooks() -> tuple[Any, ...]:
+    """The hooks each record's system fields come from now (a copy)."""
+    return tuple(_step_hooks)
+
+
 def report(step: int | None = None, samples: Any = None, **metrics: Any) -> None:
     """Report one training step of this rank; never a barrier, never waits on other ranks.
 

@@ -58,6 +58,11 @@ class BreakpointRelay:
         self._stopped = False  # a rank's pdb spoke during the running cell
         self._held = False  # the ranks' group timeout is lifted for the running cell
 
+    @property
+    def endpoint(self) -> str:
+        """Where the ranks' pdb reach this relay ("" until a cell's breakpoint starts it)."""
+        return self._endpoint
+
     # --- the kernel's main thread --------------------------------------------------------
 
     def before_cell(self, info: Any) -> None:

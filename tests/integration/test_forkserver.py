@@ -49,7 +49,7 @@ def server(shell: Any) -> forkserver.ForkServer:
     """The session's server, started by ``%load_ext`` (the ``shell`` fixture)."""
     running = forkserver.current()
     assert running is not None, "%load_ext dist_notebook did not start the fork server"
-    assert running.wait_ready(), f"the fork server failed: {running._error}"
+    assert running.wait_ready(), f"the fork server failed: {running.error}"
     return running
 
 
@@ -149,7 +149,7 @@ def test_a_dead_server_ends_its_engines_and_the_next_start_spawns(
 ) -> None:
     # A server of this test's own: the session's also serves the shared cluster's engines.
     own = forkserver.ForkServer()
-    assert own.wait_ready(), own._error
+    assert own.wait_ready(), own.error
     monkeypatch.setattr(forkserver, "_server", own)
     cluster = DistCluster(ClusterSpec(n=2))
     try:
@@ -250,7 +250,7 @@ def test_a_many_rank_start_has_the_server_warm_before_its_first_fork(
 
     fresh = forkserver.ForkServer()
     try:
-        assert fresh.wait_ready(), fresh._error
+        assert fresh.wait_ready(), fresh.error
         asked = []
         real_warm = fresh.warm
 

@@ -4,6 +4,8 @@ deletes and prunes the run history, and says what is wrong when it cannot."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,7 +108,8 @@ def fill(path: Path, runs: list[tuple[str, str, str, float]]) -> None:
     writer.add_cluster("c1", n=2, backend="gloo", kernel_pid=0, profile_dir="", ipp_cluster_id="")
     for run_id, name, state, started in runs:
         writer.add_run(run_id, name=name, cluster_id="c1", ranks=[0, 1], steps=None, code="")
-        writer._write("UPDATE runs SET started = ? WHERE id = ?", (started, run_id))
+        with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # an old run's start
+            conn.execute("UPDATE runs SET started = ? WHERE id = ?", (started, run_id))
         writer.set_run_state(run_id, "running")
         writer.set_run_state(run_id, state)
     writer.set_cluster_state("c1", "ready")

@@ -44,18 +44,18 @@ def _ask(endpoint: str, message: dict[str, Any], keys: dict[str, str] | None) ->
 
 def test_a_peer_without_the_key_is_never_read(relay: BreakpointRelay, capsys: Any) -> None:
     message = {"rank": 0, "output": PLANTED, "prompt": None}
-    assert _ask(relay._endpoint, message, None) is None  # answered {"line": "c"} before
+    assert _ask(relay.endpoint, message, None) is None  # answered {"line": "c"} before
     public, secret = zmq.curve_keypair()
     own = {"server": relay.keys["server"], "public": public.decode(), "secret": secret.decode()}
-    assert _ask(relay._endpoint, message, own) is None
+    assert _ask(relay.endpoint, message, own) is None
     assert PLANTED not in capsys.readouterr().out  # nothing reached the cell
     assert not relay._stopped  # nor counted as a rank's pdb
 
 
 def test_a_rank_with_the_key_is_answered(relay: BreakpointRelay, capsys: Any) -> None:
-    reply = _ask(relay._endpoint, {"rank": 0, "output": "> here\n", "prompt": None}, relay.keys)
+    reply = _ask(relay.endpoint, {"rank": 0, "output": "> here\n", "prompt": None}, relay.keys)
     assert reply == {"line": "c"}
     assert "> here" in capsys.readouterr().out
-    assert _ask(relay._endpoint, {"rank": 0, "output": "", "prompt": "(Pdb) "}, relay.keys) == {
+    assert _ask(relay.endpoint, {"rank": 0, "output": "", "prompt": "(Pdb) "}, relay.keys) == {
         "line": "c"  # no running cell: the rank goes on
     }

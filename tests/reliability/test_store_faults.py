@@ -18,6 +18,18 @@ from dist_notebook.store import StoreError, StoreReader, StoreWriter
 
 pytestmark = pytest.mark.timeout(120)
 
+
+def _sql(path: Path, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run *statement* on a connection of the test's own (as another program would) and
+    commit; its rows."""
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            return conn.execute(statement, params).fetchall()
+    finally:
+        conn.close()
+
+
 SHORT_RUN = (
     "%%dist_train --name locked-store --no-dashboard\n"
     "for step in range(5):\n    report(step=step, loss=1.0)\n"
@@ -236,7 +248,7 @@ def test_a_run_left_running_by_an_ended_cluster_reads_orphaned(tmp_path: Path) -
     reader = StoreReader(path)
     assert reader.run("r1")["state"] == "running"  # just stopped: its end may follow
     ended = time.time() - writer_module.ENDED_GRACE_S - 1
-    writer._many([("UPDATE clusters SET stopped = ? WHERE id = 'c1'", (ended,))])
+    _sql(path, "UPDATE clusters SET stopped = ? WHERE id = 'c1'", (ended,))
     run = reader.run("r1")
     assert run["state"] == "orphaned" and "never recorded" in run["error"]
     assert [r["state"] for r in reader.runs(state="orphaned")] == ["orphaned"]
@@ -258,7 +270,7 @@ def test_prune_never_holds_the_store_from_a_running_writer(tmp_path: Path) -> No
         "old", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
     )
     writer.set_cluster_state("old", "stopped")
-    writer._many([("UPDATE clusters SET started = 1.0, stopped = 1.0 WHERE id = 'old'", ())])
+    _sql(path, "UPDATE clusters SET started = 1.0, stopped = 1.0 WHERE id = 'old'")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
     for i in range(4):
@@ -312,7 +324,7 @@ def test_prune_never_holds_the_store_from_a_running_writer(tmp_path: Path) -> No
     reader = StoreReader(path)
     assert reader.runs() and [r["id"] for r in reader.runs()] == ["r"]
     assert len(reader.records("r")) == len(waits)
-    assert reader._query("SELECT COUNT(*) AS n FROM metrics WHERE run_id != 'r'")[0]["n"] == 0
+    assert _sql(path, "SELECT COUNT(*) FROM metrics WHERE run_id != 'r'") == [(0,)]
     reader.close()
     print(
         f"prune {took:.2f} s, one transaction {one:.2f} s, writes {len(waits)}, max wait"

@@ -23,19 +23,19 @@ def test_nvml_and_cuda_uuids_compare_as_one() -> None:
 def test_a_cpu_rank_starts_no_sampler_and_adds_no_hook() -> None:
     # This process is a CPU process: torch has no CUDA device initialised here.
     assert gpu.cuda_uuid() is None
-    hooks = list(reporter._step_hooks)
+    hooks = reporter.step_hooks()
     assert gpu.start_sampler() is None
-    assert reporter._step_hooks == hooks
+    assert reporter.step_hooks() == hooks
     gpu.stop_sampler()  # nothing to stop: no error
 
 
 def test_a_device_nvml_cannot_read_is_said_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
     # A UUID given as a GPU rank would, on a host where NVML has no library or no such
     # device: the run goes on without GPU fields, and the log says why.
-    hooks = list(reporter._step_hooks)
+    hooks = reporter.step_hooks()
     with caplog.at_level(logging.WARNING, logger="dist_notebook"):
         assert gpu.start_sampler("GPU-00000000-0000-0000-0000-000000000000") is None
-    assert reporter._step_hooks == hooks
+    assert reporter.step_hooks() == hooks
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "no GPU metrics" in said, said
 

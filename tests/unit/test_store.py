@@ -20,6 +20,15 @@ from dist_notebook.store import StoreError, StoreReader, StoreWriter
 from dist_notebook.store.schema import ensure_schema
 
 
+def _sql(path: Path, query: str) -> list[tuple[Any, ...]]:
+    """*query*'s rows, read on a connection of the test's own (not the store's)."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def writer(tmp_path: Path) -> StoreWriter:
     w = StoreWriter(tmp_path / "runs.sqlite")
@@ -288,7 +297,7 @@ def test_a_store_made_before_the_recent_seqs_keeps_its_summaries(tmp_path: Path)
             "c1", n=1, backend="gloo", kernel_pid=os.getpid(), profile_dir="", ipp_cluster_id=""
         )
         names = {
-            r[0] for r in fresh._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            r[0] for r in _sql(fresh.path, "SELECT name FROM sqlite_master WHERE type = 'index'")
         }
         assert "metrics_by_rank" not in names and "metrics_by_run" in names, names
     finally:
@@ -415,10 +424,10 @@ def test_deletes_in_small_transactions_take_exactly_what_they_name(
     try:
         assert [r["id"] for r in reader.runs()] == ["keep"]
         assert len(reader.records("keep")) == 5 and len(reader.events(run_id="keep")) == 1
-        left = reader._query("SELECT run_id, COUNT(*) AS n FROM metrics GROUP BY run_id")
-        assert left == [{"run_id": "keep", "n": 5}]
-        assert reader._query("SELECT DISTINCT run_id FROM run_ranks") == [{"run_id": "keep"}]
-        assert reader._query("SELECT run_id FROM events") == [{"run_id": "keep"}]
+        left = _sql(writer.path, "SELECT run_id, COUNT(*) FROM metrics GROUP BY run_id")
+        assert left == [("keep", 5)]
+        assert _sql(writer.path, "SELECT DISTINCT run_id FROM run_ranks") == [("keep",)]
+        assert _sql(writer.path, "SELECT run_id FROM events") == [("keep",)]
     finally:
         reader.close()
 
