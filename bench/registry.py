@@ -308,6 +308,14 @@ BENCHMARKS: tuple[Bench, ...] = (
         docs=("docs/guides/ray.md",),
     ),
     Bench(
+        "ray_train",
+        "%%dist_train throughput on Ray-placed ranks (loopback Ray head), 2 CPU ranks",
+        "the same loop on local ranks, interleaved in one kernel",
+        needs="ray (pip install 'dist-notebook[ray]')",
+        results=("ray_train.json", "ray_train.md"),
+        docs=("docs/guides/ray.md",),
+    ),
+    Bench(
         "gpu",
         "GPT-small bf16 on one NCCL rank: samples/s, MFU, NVML's cost, start",
         "the same loop under torchrun",

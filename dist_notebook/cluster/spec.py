@@ -89,6 +89,11 @@ class ClusterSpec:
             raise ClusterConfigError(
                 f"--launcher must be one of {', '.join(LAUNCHERS)} (got {self.launcher!r})"
             )
+        ray_only = [f"{name}= ({flag})" for name, flag, given in _ray_only(self) if given]
+        if ray_only and not strategy_for(self.launcher).takes_ray_fields:
+            raise ClusterConfigError(
+                f"{ray_only[0]} is an option of Ray clusters: add launcher='ray' (--launcher ray)"
+            )
         try:
             strategy_for(self.launcher).validate(self)
         except HostsError as e:
@@ -150,3 +155,13 @@ def remote_spec(args: Any) -> ClusterSpec:
         time_limit=args.time or "",
         account=args.account or "",
     )
+
+
+def _ray_only(spec: ClusterSpec) -> list[tuple[str, str, object]]:
+    """The fields only --launcher ray takes: (field, flag, whether it is given)."""
+    return [
+        ("ray_address", "--address", spec.ray_address),
+        ("gpus_per_rank", "--gpus-per-rank", spec.gpus_per_rank),
+        ("ray_placement", "--pack/--spread", spec.ray_placement),
+        ("cpus_per_rank", "CPUs per rank", spec.cpus_per_rank != 1.0),
+    ]

@@ -19,7 +19,6 @@ from IPython.core.error import UsageError
 from dist_notebook.cluster import ClusterConfigError, ClusterSpec
 from dist_notebook.cluster.rayengines import placement
 from dist_notebook.cluster.rayengines.reasons import actor_died, engine_exit
-from dist_notebook.cluster.rayengines.strategy import NO_SCALE
 from dist_notebook.magics.cluster_magics import ClusterMagics, build_spec
 
 
@@ -94,9 +93,25 @@ def test_spec_checks_of_ray_clusters() -> None:
         ClusterSpec(launcher="ray", ray_placement="strict")
     with pytest.raises(ClusterConfigError, match="is a Slurm option"):
         ClusterSpec(launcher="ray", partition="gpu")
+    # The API's Ray fields outside --launcher ray (the magic refuses its flags earlier).
+    for launcher in ("local", "ssh", "slurm"):
+        for given, field in (
+            ({"ray_address": "127.0.0.1:6379"}, "ray_address= (--address)"),
+            ({"gpus_per_rank": 1}, "gpus_per_rank= (--gpus-per-rank)"),
+            ({"ray_placement": "spread"}, "ray_placement= (--pack/--spread)"),
+            ({"cpus_per_rank": 2.0}, "cpus_per_rank= (CPUs per rank)"),
+        ):
+            message = f"{field} is an option of Ray clusters: add launcher='ray'"
+            with pytest.raises(ClusterConfigError, match=re.escape(message)):
+                ClusterSpec(launcher=launcher, hosts=(("h", 2),), **given)  # type: ignore[arg-type]
     spec = ClusterSpec(launcher="ray", n=2)
-    assert spec.engines.scale_refusal(spec, 2, 4, None) == NO_SCALE
-    assert "%dist_cluster stop, then" in NO_SCALE
+    assert spec.engines.scale_refusal(spec, 2, 4, None) is None  # scale N: Ray places them
+    refusal = spec.engines.scale_refusal(spec, 2, 4, "h1:2,h2:2")
+    assert refusal is not None and "give the number of ranks only (scale N)" in refusal
+    # A rank's threads after a scale: its bundle's CPUs, or --threads.
+    assert spec.engines.threads(spec) == 1
+    assert spec.engines.threads(ClusterSpec(launcher="ray", cpus_per_rank=3)) == 3
+    assert spec.engines.threads(ClusterSpec(launcher="ray", cpus_per_rank=3, threads=2)) == 2
 
 
 # --- placement -------------------------------------------------------------------------

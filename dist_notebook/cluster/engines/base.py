@@ -80,6 +80,8 @@ class EnginesStrategy(ABC):
     on_this_machine: ClassVar[bool] = False
     # The user lays out the ranks on hosts (--hosts, scale --hosts).
     takes_hosts: ClassVar[bool] = False
+    # The spec's Ray fields (ray_address, gpus_per_rank, ...): --launcher ray's only.
+    takes_ray_fields: ClassVar[bool] = False
 
     # --- spec ----------------------------------------------------------------------
     def validate(self, spec: ClusterSpec) -> None:

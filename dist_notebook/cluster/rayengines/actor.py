@@ -5,7 +5,7 @@ It runs on a Ray node, in a Ray worker process. ``start`` spawns the engine ther
 child, which ends with it (``engine.parent``: the actor is named the engine's parent);
 ``wait`` returns the engine's exit code when it exits. The kernel holds a ``wait`` call
 in flight for each rank: it returns an exit code, or fails with Ray's reason when the
-actor or its node dies (``launcher.RayWatch``).
+actor or its node dies (``watch``).
 
 The actor is threaded (``max_concurrency``): ``signal`` and ``stop`` run while
 ``wait`` blocks. Its files (the engine's log and profile folder) are in a private

@@ -9,12 +9,12 @@ one bundle per rank (its CPUs and GPUs; STRICT_PACK for ``--pack``, SPREAD for
 node and local rank from where its bundle went (node order: the lowest bundle a node
 holds), so the kernel orders ranks by (node, local rank) as for every remote launcher.
 
-A thread of the kernel holds each actor's ``wait`` call: it returns when the engine
-exits, or fails with Ray's reason when the actor or its node dies; that ends the
-rank's ``RayEngineLauncher`` (``stop_data``: exit code, pid, host, Ray's reason), which
-is how the cluster's health learns of it within a second. ``stop`` ends the engines
+A thread of the kernel holds each actor's ``wait`` call (``watch``): a rank's end is
+told within a second, with Ray's reason. ``stop`` ends the engines
 through their actors, kills the actors and removes the placement group; the kernel's
-connection to Ray is closed when the last engine set it made is stopped.
+connection to Ray is closed when the last engine set it made is stopped (``connection``).
+A scale's leaving rank is ended alone (``leave``): its engine and its actor; its bundle
+stays reserved until its engine set stops (Ray removes a placement group whole).
 
 It has the shape of ipyparallel's other engine-set launchers (``launchers``,
 ``stop_data["engines"]``, ``outputs``) and is registered under the
@@ -36,19 +36,16 @@ from traitlets import Dict, Float, Integer, List, Unicode
 
 from ... import envvars
 from ..errors import ClusterError
-from ..rayconnect import NAMESPACE, RayConnectError, connect, free_resources
-from . import placement
-from .reasons import actor_died, engine_exit
+from ..rayconnect import NAMESPACE, RayConnectError, free_resources
+from . import connection, placement
+from .reasons import actor_died
+from .watch import WAIT_PERIOD_S, ActorWatch
 
 log = logging.getLogger("dist_notebook")
 
-WAIT_PERIOD_S = 0.25  # how often the watch thread and the placement wait look
 STOP_TIMEOUT_S = 10.0  # an engine's SIGTERM to SIGKILL, in its actor
-OUTPUT_TIMEOUT_S = 5.0
 STOP_BOUND_S = STOP_TIMEOUT_S + 20.0  # the whole stop through Ray, at most
 ACTOR_THREADS = 4  # wait, signal, stop, output may run at once
-_owned_connections = 0  # engine sets running on the connection this module made
-_connection_lock = threading.Lock()
 
 
 class RayLaunchError(ClusterError):
@@ -82,7 +79,7 @@ class RayEngineLauncher(EngineLauncher):
         return None
 
 
-class RayEngineSetLauncher(EngineLauncher):
+class RayEngineSetLauncher(ActorWatch, EngineLauncher):
     """Engines as Ray actors in one placement group (see the module)."""
 
     address = Unicode("", config=True, help="the Ray cluster (default: RAY_ADDRESS, else here)")
@@ -100,6 +97,8 @@ class RayEngineSetLauncher(EngineLauncher):
     launchers = Dict()
     stop_data = Dict()
     outputs = Dict()
+    _hold: int | None = None  # this set's hold on the kernel's connection (connection)
+    _leaving: frozenset[str] = frozenset()  # ranks a scale ends (leave): "stopped"
 
     def find_args(self) -> list[str]:
         return ["ray engine set", self.group_name]
@@ -120,23 +119,16 @@ class RayEngineSetLauncher(EngineLauncher):
         return answers
 
     def _start_actors(self, n: int) -> list[dict[str, Any]]:
-        global _owned_connections
-        with _connection_lock:
-            import sys
-
-            fresh = "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
-            try:
-                ray = connect(self.address)
-            except RayConnectError as e:
-                raise RayLaunchError(str(e)) from None
-            if fresh or _owned_connections > 0:
-                _owned_connections += 1
-                self._owns_connection = True
+        try:
+            ray, self._hold = connection.hold(self.address)
+        except RayConnectError as e:
+            raise RayLaunchError(str(e)) from None
         try:
             return self._place_and_start(ray, n)
         except BaseException:
             self._remove(ray)
-            self._release_connection(ray)
+            connection.release(ray, self._hold)
+            self._hold = None
             raise
 
     def _place_and_start(self, ray: Any, n: int) -> list[dict[str, Any]]:
@@ -207,10 +199,7 @@ class RayEngineSetLauncher(EngineLauncher):
         for launcher, answer in zip(self.launchers.values(), answers, strict=True):
             launcher.where = answer
             launcher.notify_start(answer)
-        self._watch = threading.Thread(
-            target=self._watch_actors, name=f"dist-notebook-ray-{self.group_name}", daemon=True
-        )
-        self._watch.start()
+        self._start_watch()
         return list(answers)
 
     def _cannot_place(self, n: int, why: str) -> str:
@@ -253,62 +242,6 @@ class RayEngineSetLauncher(EngineLauncher):
                 "dist-notebook is installed on every Ray node (pip install "
                 "'dist-notebook[ray]'), then %dist_cluster restart"
             ) from None
-
-    # --- watch -----------------------------------------------------------------------
-    def _watch_actors(self) -> None:
-        import ray
-
-        pending = {
-            launcher.actor.wait.remote(): identifier
-            for identifier, launcher in self.launchers.items()
-        }
-        while pending and not getattr(self, "_stopping", False):
-            try:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_PERIOD_S)
-            except Exception as e:  # the connection closed under us: nothing to watch
-                log.debug("ray watch %s: %s", self.group_name, e)
-                return
-            for ref in done:
-                identifier = pending.pop(ref)
-                if getattr(self, "_stopping", False):
-                    return
-                data = self._ended(ray, identifier, ref)
-                launcher = self.launchers.get(identifier)
-                if launcher is not None:
-                    self.loop.add_callback(launcher.notify_stop, data)
-                    if data["exit_code"] is not None:  # its actor lives: it has the log
-                        self._fetch_output(ray, identifier, launcher)
-
-    def _ended(self, ray: Any, identifier: str, ref: Any) -> dict[str, Any]:
-        from ray.exceptions import RayActorError
-
-        launcher = self.launchers[identifier]
-        where = dict(launcher.where)
-        data: dict[str, Any] = {
-            "identifier": identifier,
-            "pid": where.get("pid"),
-            "host": where.get("host"),
-            "node_id": where.get("node_id"),
-        }
-        try:
-            code = ray.get(ref)
-        except RayActorError as e:
-            data["exit_code"] = None
-            data["reason"] = f"its Ray actor died: {actor_died(e)}"
-            return data
-        data["exit_code"] = code
-        data["reason"] = f"its engine ended ({engine_exit(code)}) under its Ray actor"
-        return data
-
-    def _fetch_output(self, ray: Any, identifier: str, launcher: RayEngineLauncher) -> None:
-        """The end of an ended engine's log, from its actor, after its end is told (a
-        busy node's answer must not delay the news)."""
-        try:
-            launcher.output = ray.get(launcher.actor.output.remote(), timeout=OUTPUT_TIMEOUT_S)
-        except Exception as e:  # the log is for messages only
-            log.debug("output of %s: %s", launcher.actor_name, e)
-            return
-        self.outputs[identifier] = launcher.output
 
     def _notice_engine_stopped(self, data: dict[str, Any]) -> None:
         identifier = data["identifier"]
@@ -361,6 +294,8 @@ class RayEngineSetLauncher(EngineLauncher):
                 self.group_name,
                 STOP_BOUND_S,
             )
+            connection.abandon(self._hold)
+            self._hold = None
         return box.get("codes", {})
 
     def _stop_actors(self) -> dict[str, int | None]:
@@ -380,8 +315,28 @@ class RayEngineSetLauncher(EngineLauncher):
                 log.debug("stopping %s: %s", identifier, e)
                 codes[identifier] = None
         self._remove(ray)
-        self._release_connection(ray)
+        connection.release(ray, self._hold)
+        self._hold = None
         return codes
+
+    def leave(self, pid: int) -> None:
+        """End the rank whose engine is *pid* (a scale's): its engine, then its actor;
+        its end is told as "stopped". Blocking (an executor's thread)."""
+        import ray
+
+        identifier = next((i for i, el in self.launchers.items() if el.pid == pid), None)
+        if identifier is None:
+            return
+        launcher = self.launchers[identifier]
+        self._leaving = self._leaving | {identifier}
+        try:
+            ray.get(launcher.actor.stop.remote(STOP_TIMEOUT_S), timeout=STOP_TIMEOUT_S + 5)
+        except Exception as e:  # its actor already dead: its engine died with it
+            log.debug("leaving %s: %s", identifier, e)
+        try:
+            ray.kill(launcher.actor, no_restart=True)
+        except Exception as e:  # already dead
+            log.debug("ray.kill %s: %s", launcher.actor_name, e)
 
     def _remove(self, ray: Any) -> None:
         """Kill this set's actors and remove its placement group (nothing of ours is
@@ -402,15 +357,6 @@ class RayEngineSetLauncher(EngineLauncher):
             except Exception as e:  # already removed
                 log.debug("remove_placement_group %s: %s", self.group_name, e)
             self._group = None
-
-    def _release_connection(self, ray: Any) -> None:
-        global _owned_connections
-        with _connection_lock:
-            if getattr(self, "_owns_connection", False):
-                self._owns_connection = False
-                _owned_connections -= 1
-                if _owned_connections == 0 and ray.is_initialized():
-                    ray.shutdown()
 
     def get_output(self, remove: bool = False) -> str:
         for identifier, launcher in self.launchers.items():

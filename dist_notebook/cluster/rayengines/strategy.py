@@ -5,7 +5,11 @@ flags are Ray's own (``--address``, ``--gpus-per-rank`` / ``--cpu``, ``--pack`` 
 ``--spread``); ``--hosts``, ``--gpus`` and the Slurm flags are refused; a controller on
 loopback is allowed (a Ray cluster of this machine; the launcher refuses it when a Ray
 node is elsewhere); a rank whose actor or engine ended is dead with Ray's reason
-(``ended_ranks``). Scale and ``%dist_sync`` are refused, each naming what to do.
+(``ended_ranks``). A scale goes as for the other remote launchers (``RemoteEngines``):
+a grow is one more engine set, a placement group of the added ranks' bundles with the
+cluster's strategy; a shrink ends the newest ranks first, each through its actor
+(``launcher.leave``), and an engine set left with no rank is stopped (its placement
+group removed). ``%dist_sync`` is refused, naming what to do.
 """
 
 from __future__ import annotations
@@ -13,13 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import envvars
-from ..engines.base import EnginesStrategy, Resized, ScalePlan
-from ..errors import ScaleError
+from ..engines.base import Start
+from ..engines.remote import RemoteEngines
 from ..hosts import HostsError
 
 if TYPE_CHECKING:
     from ..facts import RankInfo
-    from ..scale import Scalable
 
 PLACEMENTS = ("", "pack", "spread")
 # The flags only --launcher ray takes, by their argparse dest (refused elsewhere).
@@ -28,14 +31,11 @@ RAY_FLAGS = (
     ("--gpus-per-rank", "gpus_per_rank"),
     ("--pack/--spread", "placement"),
 )
-NO_SCALE = (
-    "scale is not available with --launcher ray yet: %dist_cluster stop, then "
-    "%dist_cluster start --launcher ray -n N"
-)
 
 
-class RayEngines(EnginesStrategy):
+class RayEngines(RemoteEngines):
     name: ClassVar[str] = "ray"
+    takes_ray_fields: ClassVar[bool] = True
 
     def check_own(self, spec: Any) -> None:
         if spec.gpus:
@@ -84,11 +84,28 @@ class RayEngines(EnginesStrategy):
                     ended[(str(data.get("host")), int(data.get("pid") or 0))] = data["reason"]
         return {r.rank: ended[(r.host, r.pid)] for r in ranks if (r.host, r.pid) in ended}
 
-    def scale_refusal(self, spec: Any, old: int, n: int, hosts: str | None) -> str | None:
-        return NO_SCALE
+    def threads(self, spec: Any) -> int | None:
+        """A rank's threads after a scale: ``--threads``, else its bundle's CPUs (as the
+        actor gave its engine at start), not the node's cores over its ranks."""
+        return spec.threads or max(1, int(spec.cpus_per_rank))
 
-    async def resize(self, cluster: Scalable, plan: ScalePlan) -> Resized:
-        raise ScaleError(NO_SCALE)
+    def scale_starts(
+        self,
+        spec: Any,
+        added: int,
+        target: dict[str, int],
+        have: dict[str, int],
+        base_env: dict[str, str],
+    ) -> list[Start]:
+        # One more engine set: its own placement group of the added ranks' bundles.
+        return [(added, dict(base_env), {})]
+
+    def grow_where(self, grow: dict[str, int]) -> str:
+        return "in a new Ray placement group"
+
+    def engine_stopper(self, engine_set: Any, host: str, pid: int) -> Any:
+        """A leaving rank ends through its actor (its engine, then the actor)."""
+        return _Leave(engine_set, pid) if engine_set is not None else None
 
     def sync_hosts(self, spec: Any) -> list[str]:
         from ..sync import SyncError
@@ -125,3 +142,13 @@ class RayEngines(EnginesStrategy):
             gpus_per_rank=gpus,
             ray_placement=getattr(args, "placement", None) or "",
         )
+
+
+class _Leave:
+    """What ``RemoteEngines`` signals to end one engine: here, its rank's actor."""
+
+    def __init__(self, engine_set: Any, pid: int) -> None:
+        self.engine_set, self.pid = engine_set, pid
+
+    def signal(self, sig: int) -> None:
+        self.engine_set.leave(self.pid)
