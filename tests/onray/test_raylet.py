@@ -2,7 +2,9 @@
 
 A head of its own (the node dies with its raylet): the running cell fails within seconds
 naming each rank dead with Ray's reason, and stop returns and leaves no engine process.
-The raylet is found among the children of our own ``ray start --block`` process.
+The raylet is found among the children of our own ``ray start --block`` process. The
+kernel's connection to the lost cluster is dropped after such a stop: a later start in
+the same kernel, on another Ray cluster (the package's head), connects afresh and works.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def _raylet(head: Any) -> int:
     return found[0]
 
 
-def test_killed_raylet_names_every_rank_dead_and_stop_cleans_up(shell: Any) -> None:
+def test_killed_raylet_names_every_rank_dead_and_stop_cleans_up(shell: Any, ray_head: str) -> None:
     import ray
+
+    from dist_notebook.cluster.rayengines import connection
 
     session = session_of(shell)
     saved, session.cluster = session.cluster, None
@@ -77,6 +81,23 @@ def test_killed_raylet_names_every_rank_dead_and_stop_cleans_up(shell: Any) -> N
             while any(map(psutil.pid_exists, engines)) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not any(map(psutil.pid_exists, engines))
+        # The dead connection is dropped (in the background), not kept for a later start.
+        deadline = time.monotonic() + 60
+        while ray.is_initialized() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not ray.is_initialized() and connection.held() == 0
+        t0 = time.monotonic()
+        with capture_output() as cap:
+            shell.run_line_magic(
+                "dist_cluster", f"start -n 2 --cpu --launcher ray --address {ray_head}"
+            )
+        again = session.cluster
+        assert again is not None and again.state.value == "ready", cap.stdout
+        with capture_output() as cap:
+            shell.run_cell_magic("dist", "", "x = torch.ones(1); dist.all_reduce(x); print(x)")
+        assert cap.stdout.count("tensor([2.])") >= 1, cap.stdout
+        print(f"a start after the lost cluster: ready in {time.monotonic() - t0:.1f} s")
+        again.stop_sync()
     finally:
         current = session.cluster
         if current is not None and current.state.value != "stopped":
