@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import envvars
+
+if TYPE_CHECKING:
+    from .spec import ClusterSpec
 
 _HOST = re.compile(r"^(?:[A-Za-z0-9_.-]+@)?[A-Za-z0-9_.-]+$")
 
@@ -76,7 +79,7 @@ def interface_address(name: str) -> str:
     raise HostsError(f"--interface {name} has no IPv4 address; choose one of: {have}")
 
 
-def remote_engine_env(spec: Any, env: dict[str, str]) -> dict[str, str]:
+def remote_engine_env(spec: ClusterSpec, env: dict[str, str]) -> dict[str, str]:
     """The engine environment for engines on other hosts.
 
     The kernel does not know their cores or their local rank counts: the boot module

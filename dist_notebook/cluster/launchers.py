@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from ipyparallel import Cluster
@@ -37,6 +37,9 @@ from traitlets import Bool, Dict, Integer, List, Unicode, default
 from .. import envvars, privates
 from ..engine.parent import ENV_VAR as PARENT_ENV
 from . import forkserver
+
+if TYPE_CHECKING:
+    from .spec import ClusterSpec
 
 ENGINE_CMD = [sys.executable, "-m", "dist_notebook.boot.engine"]
 CONTROLLER_CMD = [sys.executable, "-m", "dist_notebook.boot.controller"]
@@ -426,7 +429,7 @@ srun --kill-on-bad-exit=0 {program_and_args}
             )
 
 
-def remote_engines(spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+def remote_engines(spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
     """The engine launcher class for *spec*'s launcher, and the ipyparallel config for it.
 
     ``spec.launcher_config`` is merged last: any trait of the launcher (``ssh_args``,
@@ -453,7 +456,7 @@ def slurm_namespace(n: int, nodes: int, gpus_per_node: int = 0) -> dict[str, Any
     }
 
 
-def engine_args(spec: Any) -> list[str]:
+def engine_args(spec: ClusterSpec) -> list[str]:
     """The options of every engine of *spec*'s cluster (at start and when it grows).
 
     Engines leave by themselves ~10 heartbeats after the controller is gone. An engine
@@ -464,7 +467,7 @@ def engine_args(spec: Any) -> list[str]:
     return args + spec.engines.engine_args(spec)
 
 
-def controller_args(spec: Any) -> list[str]:
+def controller_args(spec: ClusterSpec) -> list[str]:
     """The controller's options. Between its reply to an engine's registration and that
     engine's first heartbeat the controller waits 30 s by default, then forgets the
     engine while the engine goes on living: on a loaded machine starting 64 engines one
@@ -475,7 +478,7 @@ def controller_args(spec: Any) -> list[str]:
     ]
 
 
-def mpi_args(spec: Any, hosts_counts: Any = None) -> list[str]:
+def mpi_args(spec: ClusterSpec, hosts_counts: Any = None) -> list[str]:
     """mpiexec's options: the hosts, and what keeps one rank's death from ending the rest.
 
     *hosts_counts* (``((host, n), ...)``, default ``spec.hosts``) places the engines of

@@ -23,6 +23,7 @@ from ..hosts import HostsError
 
 if TYPE_CHECKING:
     from ..facts import RankInfo
+    from ..spec import ClusterSpec
 
 PLACEMENTS = ("", "pack", "spread")
 # The flags only --launcher ray takes, by their argparse dest (refused elsewhere).
@@ -37,7 +38,7 @@ class RayEngines(RemoteEngines):
     name: ClassVar[str] = "ray"
     takes_ray_fields: ClassVar[bool] = True
 
-    def check_own(self, spec: Any) -> None:
+    def check_own(self, spec: ClusterSpec) -> None:
         if spec.gpus:
             raise HostsError(
                 "--gpus names GPUs of this machine; with --launcher ray use --gpus-per-rank K"
@@ -49,7 +50,7 @@ class RayEngines(RemoteEngines):
         if spec.gpus_per_rank < 0 or not spec.cpus_per_rank > 0:
             raise HostsError("--gpus-per-rank must be 0 or more, and CPUs per rank above 0")
 
-    def engine_launcher(self, spec: Any) -> tuple[type, dict[str, dict[str, Any]]]:
+    def engine_launcher(self, spec: ClusterSpec) -> tuple[type, dict[str, dict[str, Any]]]:
         from .launcher import RayEngineSetLauncher
 
         traits: dict[str, Any] = {
@@ -63,13 +64,13 @@ class RayEngines(RemoteEngines):
         }
         return self.configured(RayEngineSetLauncher, spec, traits)
 
-    def engine_env(self, spec: Any, env: dict[str, str]) -> dict[str, str]:
+    def engine_env(self, spec: ClusterSpec, env: dict[str, str]) -> dict[str, str]:
         out = super().engine_env(spec, env)
         if spec.gpus_per_rank:
             out.pop(envvars.CPU, None)  # the actor names its GPUs (actor.py)
         return out
 
-    def engine_args(self, spec: Any) -> list[str]:
+    def engine_args(self, spec: ClusterSpec) -> list[str]:
         # The actor sees its engine's exit at once (its wait call): no nanny process.
         return ["--IPEngine.enable_nanny=False"]
 
@@ -84,14 +85,14 @@ class RayEngines(RemoteEngines):
                     ended[(str(data.get("host")), int(data.get("pid") or 0))] = data["reason"]
         return {r.rank: ended[(r.host, r.pid)] for r in ranks if (r.host, r.pid) in ended}
 
-    def threads(self, spec: Any) -> int | None:
+    def threads(self, spec: ClusterSpec) -> int | None:
         """A rank's threads after a scale: ``--threads``, else its bundle's CPUs (as the
         actor gave its engine at start), not the node's cores over its ranks."""
         return spec.threads or max(1, int(spec.cpus_per_rank))
 
     def scale_starts(
         self,
-        spec: Any,
+        spec: ClusterSpec,
         added: int,
         target: dict[str, int],
         have: dict[str, int],
@@ -107,7 +108,7 @@ class RayEngines(RemoteEngines):
         """A leaving rank ends through its actor (its engine, then the actor)."""
         return _Leave(engine_set, pid) if engine_set is not None else None
 
-    def sync_hosts(self, spec: Any) -> list[str]:
+    def sync_hosts(self, spec: ClusterSpec) -> list[str]:
         from ..sync import SyncError
 
         raise SyncError(
