@@ -61,12 +61,13 @@ chromium:
 		else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
 
 # The front end's own unit tests (node --test, a few seconds) run before pytest.
-# The reliability tests then run once more with two busy processes beside the ranks
-# (tests/conftest.py): a hang or a race that only shows under load fails the suite too.
+# The reliability tests (and the flood of identical rank lines) then run once more with two
+# busy processes beside the ranks (tests/conftest.py): a hang or a race that only shows
+# under load fails the suite too.
 test: venv ext-build ext-test chromium testhosts
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 	DIST_NOTEBOOK_TEST_CPU_HOGS=2 $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
-		tests/reliability tests/integration/test_kernel_exit.py
+		tests/reliability tests/integration/test_kernel_exit.py tests/magics/test_folding_flood.py
 
 test-fast: venv
 	$(PY) -m pytest -q -x tests/unit tests/magics tests/integration tests/training
