@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from conftest import session_of
+from IPython.utils.capture import capture_output
 
 
 def ours(cluster: Any, address: str | None = None) -> tuple[list[Any], list[Any]]:
@@ -23,3 +28,28 @@ def ours(cluster: Any, address: str | None = None) -> tuple[list[Any], list[Any]
 def actor_pids(cluster: Any) -> dict[str, int]:
     """{actor name: its worker process's pid} of the cluster's live actors."""
     return {a.name: int(a.pid) for a in ours(cluster)[0]}
+
+
+@contextmanager
+def ray_cluster(shell: Any, address: str, flags: str = "") -> Iterator[Any]:
+    """A 2-rank CPU cluster on the Ray head at *address* (more start *flags* if given),
+    the session's current cluster while it lasts; stopped after, the session's cluster
+    put back and this kernel's Ray connection closed before the head ends (a driver
+    outliving its head would exit)."""
+    session = session_of(shell)
+    saved, session.cluster = session.cluster, None
+    try:
+        with capture_output() as cap:
+            shell.run_line_magic(
+                "dist_cluster", f"start -n 2 --cpu --launcher ray --address {address} {flags}"
+            )
+        cluster = session.cluster
+        assert cluster is not None and cluster.state.value == "ready", cap.stdout
+        yield cluster
+        cluster.stop_sync()
+    finally:
+        session.cluster = saved
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()

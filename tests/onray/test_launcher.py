@@ -27,6 +27,7 @@ from ranklines import printed_by
 from dist_notebook import load_run
 from testbed.cells import TRAIN_CELL
 
+from . import raystate
 from .raystate import actor_pids, ours
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -53,23 +54,8 @@ def all_reduce_ok(shell: Any, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def ray_cluster(shell: Any, ray_head: str) -> Iterator[Any]:
-    session = session_of(shell)
-    saved, session.cluster = session.cluster, None
-    try:
-        with capture_output() as cap:
-            shell.run_line_magic(
-                "dist_cluster", f"start -n 2 --cpu --launcher ray --address {ray_head} --spread"
-            )
-        cluster = session.cluster
-        assert cluster is not None and cluster.state.value == "ready", cap.stdout
+    with raystate.ray_cluster(shell, ray_head, "--spread") as cluster:
         yield cluster
-        cluster.stop_sync()
-    finally:
-        session.cluster = saved
-        import ray
-
-        if ray.is_initialized():  # before the head ends (a driver outliving it would exit)
-            ray.shutdown()
 
 
 def test_each_rank_is_a_ray_actors_process_and_all_reduce_works(

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import session_of
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+
+from . import raystate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -73,15 +74,7 @@ def trained(shell: Any, ray_head: str) -> Iterator[Any]:
     """Two Ray-placed CPU ranks that ran this module's cells; the training's result."""
     from dist_notebook.magics.history import history_of
 
-    session = session_of(shell)
-    saved, session.cluster = session.cluster, None
-    try:
-        with capture_output() as cap:
-            shell.run_line_magic(
-                "dist_cluster", f"start -n 2 --cpu --launcher ray --address {ray_head}"
-            )
-        cluster = session.cluster
-        assert cluster is not None and cluster.state.value == "ready", cap.stdout
+    with raystate.ray_cluster(shell, ray_head):
         history_of(shell).entries.clear()  # this module's cells only
         with capture_output():
             _cell(shell, DATA, "data")
@@ -92,13 +85,6 @@ def trained(shell: Any, ray_head: str) -> Iterator[Any]:
         run = shell.magics_manager.registry["TrainMagics"].last_result
         assert run is not None and run.state.value == "succeeded"
         yield run
-        cluster.stop_sync()
-    finally:
-        session.cluster = saved
-        import ray
-
-        if ray.is_initialized():  # before the head ends (a driver outliving it would exit)
-            ray.shutdown()
 
 
 def test_the_ray_job_trains_to_the_notebooks_loss(

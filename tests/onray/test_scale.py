@@ -14,11 +14,11 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import session_of
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from ranklines import printed_by
 
+from . import raystate
 from .raystate import ours
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -26,23 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def ray_cluster(shell: Any, ray_head: str) -> Iterator[Any]:
-    session = session_of(shell)
-    saved, session.cluster = session.cluster, None
-    try:
-        with capture_output() as cap:
-            shell.run_line_magic(
-                "dist_cluster", f"start -n 2 --cpu --launcher ray --address {ray_head}"
-            )
-        cluster = session.cluster
-        assert cluster is not None and cluster.state.value == "ready", cap.stdout
+    with raystate.ray_cluster(shell, ray_head) as cluster:
         yield cluster
-        cluster.stop_sync()
-    finally:
-        session.cluster = saved
-        import ray
-
-        if ray.is_initialized():  # before the head ends (a driver outliving it would exit)
-            ray.shutdown()
 
 
 def _scale(shell: Any, n: int) -> tuple[str, float]:
