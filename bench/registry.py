@@ -302,8 +302,8 @@ BENCHMARKS: tuple[Bench, ...] = (
     Bench(
         "ray_start",
         "--launcher ray on a loopback Ray head: start to the first collective",
-        "the same ranks with the local launcher",
-        needs="ray (pip install 'dist-notebook[ray]')",
+        "the same ranks with the local launcher, and Ray Train's TorchTrainer",
+        needs="ray, and ray[train] for the trainer (pip install 'dist-notebook[ray,bench]')",
         results=("ray_start.json", "ray_start.md"),
         docs=("docs/guides/ray.md",),
     ),
