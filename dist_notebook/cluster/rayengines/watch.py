@@ -30,6 +30,7 @@ class ActorWatch:
     loop: Any
     group_name: str
     _leaving: frozenset[str]
+    _stopping: bool = False  # the set's stop began: the watch ends, nothing more is told
 
     def _start_watch(self) -> None:
         self._watch = threading.Thread(
@@ -44,7 +45,7 @@ class ActorWatch:
             launcher.actor.wait.remote(): identifier
             for identifier, launcher in self.launchers.items()
         }
-        while pending and not getattr(self, "_stopping", False):
+        while pending and not self._stopping:
             try:
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_PERIOD_S)
             except Exception as e:  # the connection closed under us: nothing to watch
@@ -52,7 +53,7 @@ class ActorWatch:
                 return
             for ref in done:
                 identifier = pending.pop(ref)
-                if getattr(self, "_stopping", False):
+                if self._stopping:
                     return
                 data = self._ended(ray, identifier, ref)
                 launcher = self.launchers.get(identifier)
