@@ -63,12 +63,7 @@ def _three_sides(facts: ClusterFacts, path: Path) -> list[dict[str, Any]]:
         "n": facts.spec.n,
         "ranks": {r.rank: r.state for r in facts.ranks},
     }
-    reader = StoreReader(path)
-    try:
-        row = reader.cluster(CLUSTER)
-    finally:
-        reader.close()
-    assert row is not None
+    row = _stored_row(path)
     store = {
         "state": row["state"],
         "n": row["n"],
